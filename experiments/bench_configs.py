@@ -1,0 +1,131 @@
+"""Benchmark configurations (which learner, which switches) and update schedules.
+
+One table, used by the single-run script (``--config NAME``), the matrix driver and
+the report, so that a configuration's name means the same Hydra overrides and the
+same learner everywhere. Overrides use Hydra's ``++`` (add or override) because the
+patched tree has ``compile_full_objectives`` and a pristine tree does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: Where a configuration's ``uni_rl`` comes from:
+#: ``overlay``: the patched package of ``make apply`` (overlay/ first on PYTHONPATH);
+#: ``baseline``: a folder holding the pristine ``uni_rl`` of the unilab-rl 1.3.2 wheel;
+#: ``installed``: the environment's own unilab-rl (1.4.0), with no overlay on the path.
+LearnerSource = Literal["overlay", "baseline", "installed"]
+
+#: The patched config's switch for the whole-iteration graph. The configuration is
+#: run only when the UniLab tree's flashsac config.yaml carries this key, i.e. once
+#: the learner patch that implements it is in the series.
+ITERATION_GRAPH_KEY = "algo.algo_params.use_cuda_graph_iteration"
+
+_P = "++algo.algo_params."
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """A named learner configuration; ``overrides`` are appended to the Hydra command."""
+
+    name: str
+    label: str
+    source: LearnerSource
+    overrides: tuple[str, ...]
+    reference: Literal["baseline", "upstream", None] = None
+    requires_key: str | None = None
+    notes: str = field(default="", compare=False)
+
+
+CONFIGS: dict[str, BenchConfig] = {
+    c.name: c
+    for c in (
+        BenchConfig(
+            "eager",
+            "deferred eager",
+            "overlay",
+            (f"{_P}use_compile=false", f"{_P}compile_full_objectives=false",
+             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false"),
+        ),
+        BenchConfig(
+            "compile",
+            "full-objective compile",
+            "overlay",
+            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
+             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false"),
+        ),
+        BenchConfig(
+            "compile-graphs",
+            "full compile + manual graphs",
+            "overlay",
+            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
+             f"{_P}use_cuda_graph_critic=true", f"{_P}use_cuda_graph_actor=true"),
+        ),
+        BenchConfig(
+            "iteration-graph",
+            "whole-iteration graph",
+            "overlay",
+            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
+             f"++{ITERATION_GRAPH_KEY}=true"),
+            requires_key=ITERATION_GRAPH_KEY,
+        ),
+        BenchConfig(
+            "baseline-1.3.2",
+            "unpatched unilab-rl 1.3.2 (eager)",
+            "baseline",
+            (f"{_P}use_compile=false", f"{_P}use_cuda_graph_critic=false",
+             f"{_P}use_cuda_graph_actor=false"),
+            reference="baseline",
+        ),
+        BenchConfig(
+            "upstream-1.4.0",
+            "upstream unilab-rl 1.4.0 compile_full_objectives",
+            "installed",
+            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true"),
+            reference="upstream",
+        ),
+        BenchConfig(
+            "patched-default",
+            "patched defaults (tree config)",
+            "overlay",
+            (),
+            notes="no switch overrides: what a user of the applied tree gets",
+        ),
+    )
+}
+
+#: The matrix of `make bench`, in the order runs alternate within a round.
+MATRIX_CONFIGS: tuple[str, ...] = (
+    "baseline-1.3.2", "eager", "compile", "compile-graphs", "iteration-graph", "upstream-1.4.0",
+)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Updates per iteration: ``updates_per_step`` critic updates, actor every ``policy_frequency``."""
+
+    updates_per_step: int
+    policy_frequency: int = 2
+
+    @property
+    def actor_updates(self) -> int:
+        """The runner updates the actor when ``update_idx % policy_frequency == 0``."""
+        return (self.updates_per_step - 1) // self.policy_frequency + 1
+
+    @property
+    def label(self) -> str:
+        """critic / actor / temperature updates per iteration, as the original report writes it."""
+        return f"{self.updates_per_step}/{self.actor_updates}/{self.actor_updates}"
+
+
+#: The original report's two schedules: 2/1/1 and 8/4/4.
+SCHEDULES: tuple[Schedule, ...] = (Schedule(2), Schedule(8))
+
+
+def config_overrides_for_compile_flag(compile_flag: bool | None) -> tuple[str, ...]:
+    """The original command line's ``--compile``/``--no-compile`` (both switches together)."""
+    if compile_flag is None:
+        return ()
+    value = str(compile_flag).lower()
+    return (f"{_P}use_compile={value}", f"{_P}compile_full_objectives={value}")

@@ -1,0 +1,250 @@
+"""The benchmark's view of its surroundings: pins, applied state, assets, CUDA, versions.
+
+Everything here is checked *before* a long GPU run starts, because a benchmark that
+runs for an hour on the wrong learner, without assets or on a CPU is worse than one
+that refuses in a second. Kept apart from the run logic so the checks are testable
+on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import warnings
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+EXPERIMENTS_DIR = Path(__file__).resolve().parent
+HOOK_DIR = EXPERIMENTS_DIR / "bench_child"
+OVERLAY_DIR = PROJECT_DIR / "overlay"
+DEFAULT_UNILAB_ROOT = PROJECT_DIR / "work" / "unilab-1.3.2"
+TRAIN_SCRIPT_REL = Path("src/unilab/scripts/train_flashsac.py")
+FLASHSAC_CONFIG_REL = Path("src/unilab/conf/flashsac/config.yaml")
+#: The G1 Walk Flat task names its scene relative to the UniLab root (see NOTES.md).
+G1_SCENE_REL = Path("src/unilab/assets/robots/g1/scene_flat.xml")
+ASSETS_REL = Path("src/unilab/assets")
+
+#: VERSIONS.env key -> distribution name, for the drift record.
+PINNED_DISTRIBUTIONS = {
+    "UNILAB_VERSION": "unilab",
+    "UNILAB_RL_VERSION": "unilab-rl",
+    "UNISIM_CORE_VERSION": "unisim-core",
+    "MUJOCO_VERSION": "mujoco",
+    "TORCH_VERSION": "torch",
+}
+
+
+class BenchSetupError(RuntimeError):
+    """A precondition of a benchmark run is not met; the message says which and how to fix it."""
+
+
+def read_versions_env(path: Path = PROJECT_DIR / "VERSIONS.env") -> dict[str, str]:
+    """KEY=VALUE pins; comments and blank lines ignored."""
+    pins: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        pins[key.strip()] = value.strip()
+    return pins
+
+
+def version_drift(found: dict[str, str | None], pins: dict[str, str]) -> dict[str, dict[str, str | None]]:
+    """Distributions whose installed version differs from the pin (e.g. the GPU machine's torch).
+
+    Recorded, not fatal: the lent machine has its own torch, and the report must say so
+    next to the numbers rather than refuse to produce them.
+    """
+    drift: dict[str, dict[str, str | None]] = {}
+    for key, dist in PINNED_DISTRIBUTIONS.items():
+        if key not in pins:
+            continue
+        have = found.get(dist)
+        if have != pins[key]:
+            drift[dist] = {"pinned": pins[key], "found": have}
+    return drift
+
+
+def require_cuda() -> dict[str, Any]:
+    """GPU facts of this process; raises BenchSetupError when CUDA is unusable.
+
+    The benchmark measures a CUDA learner: a CPU fallback would produce numbers that
+    look like results and mean nothing.
+    """
+    try:
+        import torch
+    except Exception as exc:
+        raise BenchSetupError(f"CUDA is required but torch cannot be imported ({exc})") from exc
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        available = torch.cuda.is_available()
+    if not available:
+        raise BenchSetupError(
+            f"CUDA is required: torch {torch.__version__} sees no usable CUDA device "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+        )
+    index = torch.cuda.current_device()
+    return {
+        "cuda": True,
+        "gpu": torch.cuda.get_device_name(index),
+        "capability": list(torch.cuda.get_device_capability(index)),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+    }
+
+
+def patchset_status(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
+    """``python -m patchset status --json`` (the lead's applier); raises if it cannot answer."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(project_dir / "scripts"), env.get("PYTHONPATH", "")) if p
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "patchset", "status", "--json"],
+            cwd=project_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BenchSetupError(f"`python -m patchset status --json` did not run: {exc}") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise BenchSetupError(
+            f"`python -m patchset status --json` failed (exit {proc.returncode}): {tail[0]}"
+        )
+    try:
+        status = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise BenchSetupError(f"`python -m patchset status --json` printed no JSON: {exc}") from exc
+    if not isinstance(status, dict):
+        raise BenchSetupError("`python -m patchset status --json` printed JSON that is not an object")
+    return status
+
+
+def scene_asset_files(scene: Path) -> list[Path]:
+    """Every file a MuJoCo scene references (meshes, textures, ...), following <include>.
+
+    Read from the tree's own XML so the check follows the scene rather than a list
+    maintained here.
+    """
+    files: list[Path] = []
+    seen: set[Path] = set()
+
+    def visit(xml_path: Path, meshdir: Path, texturedir: Path) -> None:
+        xml_path = xml_path.resolve()
+        if xml_path in seen:
+            return
+        seen.add(xml_path)
+        root = ET.parse(xml_path).getroot()
+        base = xml_path.parent
+        compiler = root.find("compiler")
+        if compiler is not None:
+            if compiler.get("meshdir"):
+                meshdir = base / compiler.get("meshdir", "")
+            if compiler.get("texturedir"):
+                texturedir = base / compiler.get("texturedir", "")
+        for element in root.iter():
+            file = element.get("file")
+            if not file:
+                continue
+            if element.tag == "include":
+                visit(base / file, meshdir, texturedir)
+            elif element.tag == "mesh":
+                files.append(meshdir / file)
+            elif element.tag in ("texture", "hfield", "skin"):
+                files.append(texturedir / file)
+            else:
+                files.append(base / file)
+
+    visit(scene, scene.parent, scene.parent)
+    return files
+
+
+def missing_assets(unilab_root: Path) -> list[Path]:
+    """Referenced asset files absent from the tree (UniLab would try Hugging Face for them)."""
+    scene = unilab_root / G1_SCENE_REL
+    if not scene.is_file():
+        raise BenchSetupError(f"{scene} is missing: {unilab_root} is not a UniLab 1.3.2 tree")
+    return [p for p in scene_asset_files(scene) if not p.is_file()]
+
+
+def seed_assets(unilab_root: Path, source: Path) -> int:
+    """Copy an offline asset set (a folder or .tar.xz laid out like src/unilab/assets/) in.
+
+    Returns how many files were written. Existing files are left alone: the tree's own
+    files win over a seed.
+    """
+    dest = unilab_root / ASSETS_REL
+    written = 0
+    if source.is_dir():
+        for path in sorted(source.rglob("*")):
+            if path.is_file():
+                target = dest / path.relative_to(source)
+                if not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, target)
+                    written += 1
+        return written
+    if not tarfile.is_tarfile(source):
+        raise BenchSetupError(f"UNILAB_ASSETS={source} is neither a folder nor a tar archive")
+    with tarfile.open(source) as archive:
+        for member in archive.getmembers():
+            if not member.isfile():
+                continue
+            target = (dest / member.name).resolve()
+            if dest.resolve() not in target.parents:
+                raise BenchSetupError(f"{source}: member {member.name} escapes the assets folder")
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            extracted = archive.extractfile(member)
+            assert extracted is not None
+            target.write_bytes(extracted.read())
+            written += 1
+    return written
+
+
+def ensure_assets(unilab_root: Path, source: Path | None) -> dict[str, Any]:
+    """Seed (if a source is given) and verify the G1 flat-scene assets; raises if incomplete."""
+    seeded = seed_assets(unilab_root, source) if source is not None else 0
+    missing = missing_assets(unilab_root)
+    if missing:
+        shown = ", ".join(str(p.relative_to(unilab_root)) for p in missing[:3])
+        raise BenchSetupError(
+            f"{len(missing)} G1 asset file(s) missing under {unilab_root / ASSETS_REL} "
+            f"(e.g. {shown}); pass UNILAB_ASSETS=<dir or .tar.xz> / --assets to seed them"
+        )
+    return {"seeded_files": seeded, "source": str(source) if source else None}
+
+
+def require_unilab_root(root: Path) -> Path:
+    """The UniLab tree the trainer runs from; it must hold the FlashSAC entry script."""
+    root = root.resolve()
+    if not (root / TRAIN_SCRIPT_REL).is_file():
+        raise BenchSetupError(
+            f"{root / TRAIN_SCRIPT_REL} not found: --unilab-root/UNILAB must be a UniLab checkout"
+        )
+    return root
+
+
+def flashsac_config_keys(unilab_root: Path) -> set[str]:
+    """Dotted keys under ``algo.algo_params`` of the tree's FlashSAC config.
+
+    Decides ``key=`` vs ``++key=`` overrides: Hydra rejects ``key=`` for a key the
+    config lacks (e.g. an unpatched tree) and ``+key=`` for one it has.
+    """
+    import yaml  # PyYAML comes with hydra/omegaconf in the UniLab environment
+
+    data = yaml.safe_load((unilab_root / FLASHSAC_CONFIG_REL).read_text(encoding="utf-8"))
+    params = ((data or {}).get("algo") or {}).get("algo_params") or {}
+    return {f"algo.algo_params.{k}" for k in params}

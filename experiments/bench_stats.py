@@ -1,0 +1,134 @@
+"""Summary statistics of one benchmark run's per-iteration timings.
+
+Kept free of torch, UniLab and uni_rl so that the numbers every report is built from
+can be unit-tested on a CPU-only machine, and so that old and new runs are summarized
+by exactly the same code. Field names (``mean_ms``, ``median_ms``, ``p90_ms``, ...,
+``rows_all``, ``rows``, ``summary_first_step``) follow the original report's JSON so
+that its readers' tools keep working on ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from statistics import fmean
+from typing import Any
+
+#: Per-iteration timing fields that get a summary block in the run JSON.
+TIMING_FIELDS: tuple[str, ...] = ("learner_train_ms", "collector_cycle_ms", "iter_ms")
+
+
+def percentile(values: Sequence[float], quantile: float) -> float:
+    """Linear-interpolation percentile (numpy's default), without numpy.
+
+    The original report used this definition; using another one would shift p90/p95
+    between old and new tables for no physical reason.
+    """
+    if not values:
+        raise ValueError("cannot take a percentile of an empty sequence")
+    if not 0.0 <= quantile <= 1.0:
+        raise ValueError(f"quantile must be in [0, 1], got {quantile}")
+    ordered = sorted(float(v) for v in values)
+    position = (len(ordered) - 1) * quantile
+    lower = int(position)
+    upper = min(lower + 1, len(ordered) - 1)
+    return ordered[lower] + (position - lower) * (ordered[upper] - ordered[lower])
+
+
+def summarize(values: Iterable[float | None]) -> dict[str, float | int]:
+    """Mean, median, p90, p95, min, max and count of the non-missing samples.
+
+    Missing samples (``None``: e.g. the collector cycle before the first collector
+    report) are dropped rather than treated as zero, which would bias the mean down.
+    """
+    samples = [float(v) for v in values if v is not None]
+    if not samples:
+        raise ValueError("no timing samples to summarize")
+    return {
+        "count": len(samples),
+        "mean_ms": fmean(samples),
+        "median_ms": percentile(samples, 0.50),
+        "p90_ms": percentile(samples, 0.90),
+        "p95_ms": percentile(samples, 0.95),
+        "min_ms": min(samples),
+        "max_ms": max(samples),
+    }
+
+
+def select_summary_rows(
+    rows_all: Sequence[dict[str, Any]], *, summary_last: int, skip_first: int = 0
+) -> list[dict[str, Any]]:
+    """The rows the summary is computed over: the last ``summary_last`` after ``skip_first``.
+
+    Statistics over the tail only keep compile/capture warm-up and replay-buffer
+    growth out of the steady-state numbers; those are reported separately.
+    """
+    if summary_last <= 0:
+        raise ValueError("summary_last must be positive")
+    if skip_first < 0:
+        raise ValueError("skip_first must be non-negative")
+    eligible = list(rows_all[skip_first:])
+    return eligible[-summary_last:]
+
+
+def timing_report(
+    rows_all: Sequence[dict[str, Any]], *, summary_last: int, skip_first: int = 0
+) -> dict[str, Any]:
+    """The timing part of a run JSON: all rows, the summarized rows and their statistics."""
+    rows = select_summary_rows(rows_all, summary_last=summary_last, skip_first=skip_first)
+    if not rows:
+        raise ValueError(
+            f"only {len(rows_all)} iterations were logged; nothing left after skipping {skip_first}"
+        )
+    report: dict[str, Any] = {
+        "num_samples": len(rows),
+        "num_samples_all": len(rows_all),
+        "skip_first": skip_first,
+        "summary_last": summary_last,
+        "summary_first_step": rows[0]["step"],
+        "summary_last_step": rows[-1]["step"],
+        "rows_all": list(rows_all),
+        "rows": rows,
+    }
+    for field in TIMING_FIELDS:
+        report[field] = summarize(row.get(field) for row in rows)
+    return report
+
+
+def warmup_report(
+    rows_all: Sequence[dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
+    *,
+    first_iteration_wall_s: float | None = None,
+    compile_metrics: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Compile/capture warm-up, reported beside (never inside) the summary.
+
+    The first iterations of a compiled or graph-captured learner pay Dynamo/Inductor
+    compilation and CUDA-graph capture. ``excess_learner_ms`` is how much longer the
+    iterations before the summary window took than the steady-state median, which is
+    the cost a user actually waits for; ``dynamo`` carries torch's own compile-time
+    counters from the learner process when they were available.
+    """
+    summarized_steps = {row["step"] for row in rows}
+    before = [row for row in rows_all if row["step"] not in summarized_steps]
+    steady = summarize(row.get("learner_train_ms") for row in rows)["median_ms"] if rows else None
+    learner_before = [float(r["learner_train_ms"]) for r in before if r.get("learner_train_ms") is not None]
+    first = rows_all[0] if rows_all else {}
+    excess = (
+        sum(max(v - float(steady), 0.0) for v in learner_before) if steady is not None else None
+    )
+    return {
+        "iterations_before_summary": len(before),
+        "first_iteration_learner_train_ms": first.get("learner_train_ms"),
+        "first_iteration_iter_ms": first.get("iter_ms"),
+        "learner_train_ms_before_summary_total": sum(learner_before),
+        "excess_learner_ms": excess,
+        "startup_to_first_iteration_s": first_iteration_wall_s,
+        "dynamo": compile_metrics or {},
+    }
+
+
+def final_reward(rewards: Sequence[float | None], *, last: int) -> float | None:
+    """Mean of the last ``last`` logged rewards (missing ones skipped); None if none exist."""
+    tail = [float(r) for r in rewards if r is not None][-last:]
+    return fmean(tail) if tail else None

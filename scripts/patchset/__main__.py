@@ -1,0 +1,7 @@
+"""`python -m patchset` (with scripts/ on PYTHONPATH)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

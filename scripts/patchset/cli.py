@@ -1,0 +1,73 @@
+"""Thin command line over applier: parse flags, run one command, print lines (or JSON), one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from . import applier
+from .errors import PatchsetError
+from .manifest import build_manifest, write_manifest
+from .paths import OVERLAY_DIR, PATCHES_DIR
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0", "false", "no")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="patchset", description=__doc__)
+    parser.add_argument("command", choices=["apply", "status", "revert", "manifest", "provenance"])
+    parser.add_argument("--unilab", type=Path, help="UniLab checkout (default: the embedded tree from the sdist)")
+    parser.add_argument("--overlay", type=Path, default=OVERLAY_DIR)
+    parser.add_argument("--patches", type=Path, default=PATCHES_DIR)
+    parser.add_argument("--python", help="interpreter command that runs UniLab (default: checkout's uv env, else ours)")
+    parser.add_argument("--wheel", type=Path, help="path of the pinned unilab-rl base wheel (else cache/download)")
+    parser.add_argument("--sdist", type=Path, help="path of the pinned unilab sdist (else cache/download)")
+    parser.add_argument("--allow-version-drift", action="store_true", default=_env_flag("ALLOW_DRIFT"))
+    parser.add_argument("--allow-other-commit", action="store_true", default=_env_flag("ALLOW_OTHER_COMMIT"))
+    parser.add_argument("--force", action="store_true", default=_env_flag("FORCE"),
+                        help="revert even over your edits (saved as a diff first)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _options(args: argparse.Namespace) -> applier.Options:
+    return applier.Options(
+        checkout=args.unilab, overlay=args.overlay.resolve(), patches_dir=args.patches.resolve(),
+        python=shlex.split(args.python) if args.python else None,
+        allow_version_drift=args.allow_version_drift, allow_other_commit=args.allow_other_commit,
+        force=args.force, wheel=args.wheel, sdist=args.sdist,
+    )
+
+
+def _manifest(opts: applier.Options) -> applier.Outcome:
+    series, plans = applier.plan_pristine(opts)
+    write_manifest(opts.patches_dir, build_manifest(series, plans))
+    touched = sum(len(p) for p in plans.values())
+    return applier.Outcome([f"wrote {opts.patches_dir / 'MANIFEST.json'}: {len(series.patches)} patches, {touched} files"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    opts = _options(args)
+    try:
+        if args.command == "provenance":
+            from .provenance_check import run_provenance
+
+            outcome = run_provenance(opts)
+        else:
+            outcome = {"apply": applier.apply, "status": applier.status, "revert": applier.revert,
+                       "manifest": _manifest}[args.command](opts)
+    except PatchsetError as exc:
+        print(f"patchset {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if args.json:
+        print(json.dumps(outcome.data, indent=2, sort_keys=True, default=str))
+    else:
+        print("\n".join(outcome.lines))
+    return 0

@@ -1,0 +1,22 @@
+"""Where the project keeps its inputs and build outputs (one place, so tests and the CLI agree)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+VERSIONS_FILE = PROJECT_ROOT / "VERSIONS.env"
+PATCHES_DIR = PROJECT_ROOT / "patches"
+OVERLAY_DIR = PROJECT_ROOT / "overlay"
+STATE_DIRNAME = ".flashsac-overlay"
+
+
+def cache_dir() -> Path:
+    """Download cache for the pinned sdist and wheel; git-ignored, overridable for offline use."""
+    return Path(os.environ.get("PATCHSET_CACHE", PROJECT_ROOT / ".cache" / "downloads"))
+
+
+def embedded_tree() -> Path:
+    """The default UniLab tree made from the pinned sdist (PATCHSET_EMBEDDED_TREE moves it, e.g. for tests)."""
+    return Path(os.environ.get("PATCHSET_EMBEDDED_TREE", PROJECT_ROOT / "work" / "unilab-1.3.2"))

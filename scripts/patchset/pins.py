@@ -1,0 +1,98 @@
+"""The pinned stack (VERSIONS.env) and the check of what is really installed in the UniLab interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from .errors import PatchsetError
+from .paths import VERSIONS_FILE
+
+# distribution name -> VERSIONS.env key of the version the UniLab environment must have installed
+INSTALLED_PINS = {
+    "unilab": "UNILAB_VERSION",
+    "unilab-rl": "UNILAB_RL_VERSION",
+    "unisim-core": "UNISIM_CORE_VERSION",
+    "torch": "TORCH_VERSION",
+    "mujoco": "MUJOCO_VERSION",
+}
+
+
+def load_pins(path: Path = VERSIONS_FILE) -> dict[str, str]:
+    """Parse KEY=VALUE lines; comments and blank lines are ignored, anything else is an error."""
+    pins: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise PatchsetError(f"{path.name}:{number}: expected KEY=VALUE, got {raw!r}")
+        pins[key.strip()] = value.strip()
+    return pins
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    """Expected vs found version of one distribution in the UniLab interpreter."""
+
+    name: str
+    expected: str
+    found: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.found is not None and versions_match(self.expected, self.found)
+
+    def describe(self) -> str:
+        return f"{self.name} expected {self.expected}, found {self.found or 'not installed'}"
+
+
+def versions_match(expected: str, found: str) -> bool:
+    """Compare public versions; a local label (+cu128) must match only when both sides carry one.
+
+    PyPI wheels cannot carry local labels, so torch's metadata says 2.8.0 for the cu128 build that the pin
+    spells 2.8.0+cu128; a found 2.8.0+cpu, however, is a different build and does not match.
+    """
+    try:
+        want, have = Version(expected), Version(found)
+    except InvalidVersion:
+        return expected == found
+    if want.public != have.public:
+        return False
+    return want.local is None or have.local is None or want.local == have.local
+
+
+_PROBE = (
+    "import json, sys, importlib.metadata as m\n"
+    "out = {}\n"
+    "for name in sys.argv[1:]:\n"
+    "    try: out[name] = m.version(name)\n"
+    "    except m.PackageNotFoundError: out[name] = None\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def installed_versions(python_cmd: list[str], names: list[str]) -> dict[str, str | None]:
+    """Ask the interpreter that will run UniLab (not ours) which versions it has installed."""
+    try:
+        proc = subprocess.run(
+            [*python_cmd, "-c", _PROBE, *names],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PatchsetError(f"cannot run the UniLab interpreter {' '.join(python_cmd)}: {exc}") from exc
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PatchsetError(f"the UniLab interpreter {' '.join(python_cmd)} failed: {last}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_installed(python_cmd: list[str], pins: dict[str, str]) -> list[VersionCheck]:
+    """One VersionCheck per pinned distribution, in a stable order."""
+    found = installed_versions(python_cmd, list(INSTALLED_PINS))
+    return [VersionCheck(name, pins[key], found.get(name)) for name, key in INSTALLED_PINS.items()]
