@@ -1,0 +1,135 @@
+"""Shared fixtures: the real pinned artifacts (downloaded once, sha256-verified, cached under .cache/),
+pristine UniLab trees made from the sdist, and the real applier run as a subprocess, as users run it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT / "scripts"))
+
+from patchset.fetch import pinned_artifact  # noqa: E402
+from patchset.paths import cache_dir  # noqa: E402
+from patchset.pins import load_pins  # noqa: E402
+from patchset.trees import create_embedded_tree, extract_wheel_package  # noqa: E402
+
+CONFIG = "src/unilab/conf/flashsac/config.yaml"
+
+
+@pytest.fixture(scope="session")
+def pins() -> dict[str, str]:
+    return load_pins()
+
+
+@pytest.fixture(scope="session")
+def sdist(pins: dict[str, str]) -> Path:
+    return pinned_artifact(pins["UNILAB_SDIST"], pins["UNILAB_SDIST_SHA256"])
+
+
+@pytest.fixture(scope="session")
+def wheel(pins: dict[str, str]) -> Path:
+    return pinned_artifact(pins["UNILAB_RL_BASE_WHEEL"], pins["UNILAB_RL_BASE_WHEEL_SHA256"])
+
+
+@pytest.fixture(scope="session")
+def pristine_template(tmp_path_factory: pytest.TempPathFactory, sdist: Path) -> Path:
+    """One pristine UniLab git tree per session; tests copy it (copying is much cheaper than unpacking)."""
+    root = tmp_path_factory.mktemp("template") / "unilab"
+    create_embedded_tree(sdist, root)
+    return root
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, pristine_template: Path) -> Path:
+    """A fresh pristine UniLab checkout (git repo from the pinned sdist) in a path with spaces."""
+    dest = tmp_path / "my unilab checkout"
+    shutil.copytree(pristine_template, dest, symlinks=True)
+    return dest
+
+
+@pytest.fixture
+def overlay(tmp_path: Path) -> Path:
+    """A private overlay dir holding the committed runtime files, so tests never touch the project's."""
+    dest = tmp_path / "overlay"
+    dest.mkdir()
+    for name in ("sitecustomize.py", "flashsac_provenance.py"):
+        shutil.copy2(PROJECT / "overlay" / name, dest / name)
+    return dest
+
+
+def patchset_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ALLOW_DRIFT", "ALLOW_OTHER_COMMIT", "FORCE", "PATCHSET_FAULT")}
+    env["PYTHONPATH"] = str(PROJECT / "scripts")
+    env["PATCHSET_CACHE"] = str(cache_dir())
+    env.update(extra)
+    return env
+
+
+Runner = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def run_patchset(overlay: Path) -> Runner:
+    """Run `python -m patchset <command> --overlay <private overlay> ...` and return the completed process."""
+
+    def run(command: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "patchset", command, "--overlay", str(overlay), *args],
+            env=patchset_env(**(env or {})), capture_output=True, text=True, timeout=300, check=False,
+        )
+
+    return run
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file under root except git's own bookkeeping, plus each file's mode."""
+    import hashlib
+
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and ".git" not in p.relative_to(root).parts and "__pycache__" not in p.parts:
+            out[str(p.relative_to(root))] = f"{hashlib.sha256(p.read_bytes()).hexdigest()} {oct(p.stat().st_mode)}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def pristine_uni_rl_root(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A dir holding the unpatched uni_rl of the pinned unilab-rl 1.3.2 wheel."""
+    root = tmp_path_factory.mktemp("pristine_uni_rl")
+    extract_wheel_package(wheel, "uni_rl", root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def applied_session(tmp_path_factory: pytest.TempPathFactory, pristine_template: Path) -> tuple[Path, Path]:
+    """One checkout + overlay with the whole series applied by the real applier, shared read-only by tests."""
+    base = tmp_path_factory.mktemp("applied")
+    checkout, overlay = base / "unilab", base / "overlay"
+    shutil.copytree(pristine_template, checkout, symlinks=True)
+    overlay.mkdir()
+    for name in ("sitecustomize.py", "flashsac_provenance.py"):
+        shutil.copy2(PROJECT / "overlay" / name, overlay / name)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchset", "apply", "--unilab", str(checkout), "--overlay", str(overlay)],
+        env=patchset_env(), capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return checkout, overlay
+
+
+@pytest.fixture(scope="session")
+def patched_unilab_root(applied_session: tuple[Path, Path]) -> Path:
+    return applied_session[0]
+
+
+@pytest.fixture(scope="session")
+def patched_uni_rl_root(applied_session: tuple[Path, Path]) -> Path:
+    """The overlay dir: holds the patched uni_rl (and the provenance hook)."""
+    return applied_session[1]
