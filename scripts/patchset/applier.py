@@ -258,6 +258,97 @@ def _flag_lines(state: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _already_applied(opts: Options, checkout: Path, series: Series, manifest: dict, state: dict) -> Outcome:
+    """A second apply of the same series is a no-op; anything else about an applied tree is an error."""
+    if state["series_sha256"] != series.sha256:
+        raise PatchsetError(f"{checkout} carries a different series ({state['series_sha256'][:12]}); revert it first")
+    edited = [f["path"] for f in file_statuses(opts, checkout, manifest, state) if f["status"] != "applied"]
+    if edited:
+        raise PatchsetError(f"already applied, but {', '.join(edited)} changed since; see 'status'")
+    lines = [f"already applied to {checkout} (series {series.sha256[:12]}); nothing to do", *_flag_lines(state)]
+    return Outcome(lines, {"result": "already-applied", "checkout": str(checkout), "series_sha256": series.sha256})
+
+
+@dataclass
+class Prepared:
+    """Everything apply will write, computed and checked before the first byte changes."""
+
+    checkout_plan: dict[str, FileChange]
+    overlay_plan: dict[str, FileChange]
+    staging: Path  # holds the patched uni_rl, not yet visible
+    overlay_files: dict[str, str]
+    existing_overlay: dict[str, Any] | None
+    state: dict[str, Any]
+
+
+def _prepare(opts: Options, pins: dict[str, str], series: Series, manifest: dict, checkout: Path) -> Prepared:
+    """Check pins and both trees, plan both, stage the overlay; the caller owns (and must remove) staging."""
+    python = python_command(opts, checkout)
+    versions = _check_versions(opts, pins, python)
+    touched = sorted(manifest["targets"][TARGET_CHECKOUT])
+    _check_clean(checkout, touched)
+    _verify_pre_images(TARGET_CHECKOUT, lambda rel: read_file(checkout, rel), manifest, checkout)
+    plan_u = plan_target(series.for_target(TARGET_CHECKOUT), lambda rel: read_file(checkout, rel))
+    _verify_post_images(TARGET_CHECKOUT, plan_u, manifest)
+    identity = _check_identity(opts, pins, checkout, touched)
+    _check_writable(checkout, plan_u)
+    wheel = pinned_artifact(pins["UNILAB_RL_BASE_WHEEL"], pins["UNILAB_RL_BASE_WHEEL_SHA256"], opts.wheel)
+    staging, plan_r = ovl.stage(opts.overlay, wheel, series.for_target(TARGET_OVERLAY))
+    try:
+        _verify_pre_images(TARGET_OVERLAY, lambda rel: read_file(staging, rel), manifest, wheel)
+        _verify_post_images(TARGET_OVERLAY, plan_r, manifest)
+        overlay_records = _file_records(plan_r, staging)
+        ovl.write_plan(staging, plan_r)
+        files = ovl.hash_tree(staging)
+        existing = ovl.load_overlay_manifest(opts.overlay)
+        if existing is not None and existing.get("files") != files:
+            raise PatchsetError(f"{opts.overlay} holds an overlay of another series or with edits; revert its owners")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    state = {
+        "tool_version": TOOL_VERSION,
+        "phase": "applying",
+        "time": _now(),
+        "series_sha256": series.sha256,
+        "patches": [{"name": p.name, "target": p.target, "sha256": p.sha256} for p in series.patches],
+        "files": {TARGET_CHECKOUT: _file_records(plan_u, checkout), TARGET_OVERLAY: overlay_records},
+        "checkout": str(checkout),
+        "checkout_identity": identity,
+        "overlay": str(opts.overlay.resolve()),
+        "overlay_owned": False,
+        "python": python,
+        "versions": [{"name": c.name, "expected": c.expected, "found": c.found, "ok": c.ok} for c in versions],
+        "flags": {"allow_version_drift": opts.allow_version_drift, "allow_other_commit": opts.allow_other_commit},
+        "wheel_sha256": pins["UNILAB_RL_BASE_WHEEL_SHA256"],
+    }
+    return Prepared(plan_u, plan_r, staging, files, existing, state)
+
+
+def _commit(opts: Options, checkout: Path, prep: Prepared) -> None:
+    """Journal first, then checkout files, then the overlay; each step is recoverable after a kill -9."""
+    state = prep.state
+    save_state(checkout, state)
+    _save_images(checkout, TARGET_CHECKOUT, prep.checkout_plan)
+    _save_images(checkout, TARGET_OVERLAY, prep.overlay_plan)
+    _fault("journal")
+    _write_checkout(checkout, prep.checkout_plan, state["files"][TARGET_CHECKOUT])
+    _fault("checkout")
+    state["overlay_owned"] = True
+    save_state(checkout, state)
+    if prep.existing_overlay is None:
+        ovl.install(opts.overlay, prep.staging)
+    owners = sorted({*(prep.existing_overlay or {}).get("owners", []), str(checkout)})
+    ovl.save_overlay_manifest(opts.overlay, {
+        "series_sha256": state["series_sha256"], "base_wheel_sha256": state["wheel_sha256"],
+        "files": prep.overlay_files, "patched": state["files"][TARGET_OVERLAY], "owners": owners,
+        "flags": state["flags"], "versions": state["versions"], "time": state["time"],
+    })
+    _fault("overlay")
+    state["phase"] = "applied"
+    save_state(checkout, state)
+
+
 def apply(opts: Options) -> Outcome:
     pins, series, manifest = _load(opts)
     checkout = resolve_checkout(opts, create=True)
@@ -268,83 +359,24 @@ def apply(opts: Options) -> Outcome:
             out.lines += _finish_interrupted(opts, checkout, state)
             state = None
         if state:
-            if state["series_sha256"] != series.sha256:
-                raise PatchsetError(f"{checkout} carries a different series ({state['series_sha256'][:12]}); revert it first")
-            edited = [f["path"] for f in file_statuses(opts, checkout, manifest, state) if f["status"] != "applied"]
-            if edited:
-                raise PatchsetError(f"already applied, but {', '.join(edited)} changed since; see 'status'")
-            out.lines += [f"already applied to {checkout} (series {series.sha256[:12]}); nothing to do"]
-            out.lines += _flag_lines(state)
-            out.data = {"result": "already-applied", "checkout": str(checkout), "series_sha256": series.sha256}
-            return out
-        python = python_command(opts, checkout)
-        versions = _check_versions(opts, pins, python)
-        touched = sorted(manifest["targets"][TARGET_CHECKOUT])
-        _check_clean(checkout, touched)
-        _verify_pre_images(TARGET_CHECKOUT, lambda rel: read_file(checkout, rel), manifest, checkout)
-        plan_u = plan_target(series.for_target(TARGET_CHECKOUT), lambda rel: read_file(checkout, rel))
-        _verify_post_images(TARGET_CHECKOUT, plan_u, manifest)
-        identity = _check_identity(opts, pins, checkout, touched)
-        _check_writable(checkout, plan_u)
-        wheel = pinned_artifact(pins["UNILAB_RL_BASE_WHEEL"], pins["UNILAB_RL_BASE_WHEEL_SHA256"], opts.wheel)
-        staging, plan_r = ovl.stage(opts.overlay, wheel, series.for_target(TARGET_OVERLAY))
-        flags = {"allow_version_drift": opts.allow_version_drift, "allow_other_commit": opts.allow_other_commit}
-        state = {
-            "tool_version": TOOL_VERSION,
-            "phase": "applying",
-            "time": _now(),
-            "series_sha256": series.sha256,
-            "patches": [{"name": p.name, "target": p.target, "sha256": p.sha256} for p in series.patches],
-            "files": {TARGET_CHECKOUT: _file_records(plan_u, checkout), TARGET_OVERLAY: _file_records(plan_r, staging)},
-            "checkout": str(checkout),
-            "checkout_identity": identity,
-            "overlay": str(opts.overlay.resolve()),
-            "overlay_owned": False,
-            "python": python,
-            "versions": [{"name": c.name, "expected": c.expected, "found": c.found, "ok": c.ok} for c in versions],
-            "flags": flags,
-            "wheel_sha256": pins["UNILAB_RL_BASE_WHEEL_SHA256"],
-        }
+            return _already_applied(opts, checkout, series, manifest, state)
+        prep = _prepare(opts, pins, series, manifest, checkout)
         try:
-            _verify_pre_images(TARGET_OVERLAY, lambda rel: read_file(staging, rel), manifest, wheel)
-            _verify_post_images(TARGET_OVERLAY, plan_r, manifest)
-            ovl.write_plan(staging, plan_r)
-            files = ovl.hash_tree(staging)
-            existing = ovl.load_overlay_manifest(opts.overlay)
-            if existing is not None and existing.get("files") != files:
-                raise PatchsetError(f"{opts.overlay} holds an overlay of another series or with edits; revert its owners")
-            save_state(checkout, state)
-            _save_images(checkout, TARGET_CHECKOUT, plan_u)
-            _save_images(checkout, TARGET_OVERLAY, plan_r)
-            _fault("journal")
-            _write_checkout(checkout, plan_u, state["files"][TARGET_CHECKOUT])
-            _fault("checkout")
-            state["overlay_owned"] = True
-            save_state(checkout, state)
-            if existing is None:
-                ovl.install(opts.overlay, staging)
-            owners = sorted({*(existing or {}).get("owners", []), str(checkout)})
-            ovl.save_overlay_manifest(opts.overlay, {
-                "series_sha256": series.sha256, "base_wheel_sha256": pins["UNILAB_RL_BASE_WHEEL_SHA256"],
-                "files": files, "patched": state["files"][TARGET_OVERLAY], "owners": owners, "flags": flags,
-                "versions": state["versions"], "time": state["time"],
-            })
-            _fault("overlay")
-            state["phase"] = "applied"
-            save_state(checkout, state)
+            _commit(opts, checkout, prep)
         except BaseException:
             journal = load_state(checkout)
             if journal is not None:
                 _finish_interrupted(opts, checkout, journal)
             raise
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(prep.staging, ignore_errors=True)
     out.lines += [
         f"applied {len(series.patches)} patch(es) (series {series.sha256[:12]}) to {checkout}",
         f"overlay: {opts.overlay.resolve()} (put it first on PYTHONPATH)",
+        *_flag_lines(prep.state),
     ]
-    out.lines += _flag_lines(state)
-    out.data = {"result": "applied", "checkout": str(checkout), "series_sha256": series.sha256, "flags": flags}
+    out.data = {"result": "applied", "checkout": str(checkout), "series_sha256": series.sha256,
+                "flags": prep.state["flags"]}
     return out
 
 
