@@ -100,15 +100,19 @@ def require_cuda() -> dict[str, Any]:
     }
 
 
-def patchset_status(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
-    """``python -m patchset status --json`` (the lead's applier); raises if it cannot answer."""
+def patchset_status(
+    unilab_root: Path | None = None, overlay: Path | None = None, project_dir: Path = PROJECT_DIR
+) -> dict[str, Any]:
+    """``python -m patchset status --json`` (the lead's applier) for this tree; raises if it cannot answer."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(project_dir / "scripts"), env.get("PYTHONPATH", "")) if p
     )
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "patchset", "status", "--json"],
+            [sys.executable, "-m", "patchset", "status", "--json",
+             *(["--unilab", str(unilab_root)] if unilab_root else []),
+             *(["--overlay", str(overlay)] if overlay else [])],
             cwd=project_dir,
             env=env,
             capture_output=True,
@@ -129,6 +133,25 @@ def patchset_status(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
     if not isinstance(status, dict):
         raise BenchSetupError("`python -m patchset status --json` printed JSON that is not an object")
     return status
+
+
+def require_applied(status: dict[str, Any]) -> str:
+    """The series sha256 of a fully applied tree; raises when the series is not (all) applied.
+
+    ``status`` reports the series' sha256 whether or not it is applied, so the phase and
+    every patch's state are what prove the measured tree is the patched one.
+    """
+    phase = status.get("phase")
+    pending = [p.get("name") for p in status.get("patches", []) if p.get("status") != "applied"]
+    if phase != "applied" or pending:
+        raise BenchSetupError(
+            f"the series is not applied to {status.get('checkout')} (phase: {phase}; "
+            f"not applied: {', '.join(map(str, pending)) or 'none'}): run `make apply UNILAB=...` or pass --apply"
+        )
+    sha = status.get("series_sha256")
+    if not sha:
+        raise BenchSetupError("`python -m patchset status --json` reports no series_sha256")
+    return str(sha)
 
 
 def scene_asset_files(scene: Path) -> list[Path]:

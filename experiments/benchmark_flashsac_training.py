@@ -24,6 +24,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -145,6 +146,17 @@ def hydra_overrides(args: argparse.Namespace, run_logs: Path) -> list[str]:
     return overrides
 
 
+def config_identity(args: argparse.Namespace) -> tuple[str, str]:
+    """(name, label) of the run for the report; the original's --compile maps onto our names."""
+    config = selected_config(args)
+    if config is not None:
+        return config.name, config.label
+    if args.compile is None:
+        return "patched-default", bench_configs.CONFIGS["patched-default"].label
+    name = "compile" if args.compile else "eager"
+    return name, bench_configs.CONFIGS[name].label
+
+
 def resolve_learner(args: argparse.Namespace) -> tuple[str, Path | None]:
     """(source kind, folder to put first on PYTHONPATH or None for the installed uni_rl)."""
     config = selected_config(args)
@@ -210,6 +222,7 @@ def child_env(
     )
     env["FLASHSAC_BENCH_TIMINGS"] = str(timings)
     env["FLASHSAC_PROVENANCE_DIR"] = str(provenance_dir)
+    env["FLASHSAC_UNILAB_ROOT"] = str(unilab_root)
     env["PYTHONUNBUFFERED"] = "1"
     # Training needs no renderer, and the assets are verified locally before the run.
     env.setdefault("MUJOCO_GL", "disable")
@@ -286,6 +299,8 @@ def training_config(args: argparse.Namespace, run_config: dict[str, Any] | None)
         "actor_updates_per_iteration": schedule.actor_updates if schedule else None,
         "temperature_updates_per_iteration": schedule.actor_updates if schedule else None,
         "schedule": schedule.label if schedule else None,
+        # the switches the trainer really resolved (tree config + overrides)
+        "algo_params": algo.get("algo_params"),
     }
 
 
@@ -297,19 +312,33 @@ def _load_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def applied_state(require: bool) -> dict[str, Any]:
-    """The applied series (sha256) when the lead's applier can tell; required under --require-applied.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): .+$")
 
-    The original command line must keep working in a plain UniLab environment, where
-    there is no applier: there the state is recorded as unknown, with the reason.
+
+def last_exception_line(output: str) -> str | None:
+    """The last ``SomethingError: message`` line of the trainer's output (plain traceback, not the Rich box)."""
+    lines = _ANSI.sub("", output).replace("\r", "\n").splitlines()
+    hits = [line.strip() for line in lines if _EXCEPTION.match(line.strip()) and not line.lstrip().startswith("│")]
+    return hits[-1] if hits else None
+
+
+def applied_state(require: bool, unilab_root: Path, overlay: Path) -> dict[str, Any]:
+    """The applied series of this tree (sha256, phase) when the lead's applier can tell.
+
+    Required under --require-applied (the drivers). The original command line must keep
+    working in a plain UniLab environment, where there is no applier: there the state is
+    recorded as unknown, with the reason, instead of failing the run.
     """
     try:
-        status = bench_env.patchset_status()
+        status = bench_env.patchset_status(unilab_root, overlay)
+        sha = bench_env.require_applied(status)
     except BenchSetupError as exc:
         if require:
             raise
-        return {"series_sha256": None, "error": str(exc)}
-    return {"series_sha256": status.get("series_sha256"), "status": status}
+        return {"series_sha256": None, "applied": False, "error": str(exc)}
+    return {"series_sha256": sha, "applied": True, "phase": status.get("phase"),
+            "patches": status.get("patches"), "checkout": status.get("checkout")}
 
 
 def print_summary(payload: dict[str, Any]) -> None:
@@ -334,11 +363,12 @@ def run(args: argparse.Namespace) -> int:
     unilab_root = bench_env.require_unilab_root(args.unilab_root)
     assets = bench_env.ensure_assets(unilab_root, args.assets)
     source, learner_path = resolve_learner(args)
-    state = applied_state(args.require_applied)
+    state = applied_state(args.require_applied, unilab_root, args.overlay)
     checks = _load_json(args.checks_json) if args.checks_json else None
     if args.checks_json and checks is None:
         raise BenchSetupError(f"--checks-json {args.checks_json} is not a readable JSON object")
     config = selected_config(args)
+    config_name, config_label = config_identity(args)
     if config and config.requires_key and config.requires_key not in bench_env.flashsac_config_keys(unilab_root):
         raise BenchSetupError(f"configuration {config.name} needs {config.requires_key} in the tree's flashsac config")
 
@@ -378,8 +408,8 @@ def run(args: argparse.Namespace) -> int:
         "wall_s": child.wall_s,
         "backend": args.backend,
         "task": args.task,
-        "config": config.name if config else ("compile" if args.compile else "eager" if args.compile is False else "tree-default"),
-        "config_label": config.label if config else f"--{'' if args.compile else 'no-'}compile" if args.compile is not None else "tree defaults",
+        "config": config_name,
+        "config_label": config_label,
         "learner_source_kind": source,
         "iterations": args.iterations,
         "summary_last": args.summary_last,
@@ -411,7 +441,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{PROG}] warning: no provenance records in {prov_dir} "
               "(overlay/sitecustomize.py missing or not on the path)", file=sys.stderr)
     if status != "completed":
-        payload["error"] = end.get("error") or (
+        cause = last_exception_line(child.output_tail)
+        hook_error = end.get("error")
+        if hook_error and hook_error.startswith("SystemExit") and cause:
+            hook_error = f"{hook_error}: {cause}"  # Hydra turns the real exception into exit 1
+        payload["error"] = hook_error or cause or (
             f"trainer timed out after {args.timeout_s} s" if child.timed_out else
             f"trainer exited {child.returncode}" if child.returncode else
             f"uni_rl was imported from {flashsac_source}, not {payload['device']['flashsac_source_expected']}"

@@ -192,7 +192,8 @@ def _compile_metrics() -> dict[str, Any]:
         metrics = getattr(dynamo_utils, "compilation_time_metrics", {})
         totals = {str(k): float(sum(v)) for k, v in metrics.items() if v}
         counts = {str(k): len(v) for k, v in metrics.items() if v}
-        unique_graphs = dynamo_utils.counters.get("stats", {}).get("unique_graphs")
+        stats: dict[str, Any] = dict(dynamo_utils.counters.get("stats", {}))  # type: ignore[call-overload]
+        unique_graphs = stats.get("unique_graphs")
         return {"phase_total_s": totals, "phase_calls": counts, "unique_graphs": unique_graphs}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}

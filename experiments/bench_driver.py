@@ -1,0 +1,186 @@
+"""What the matrix and parity drivers share: preconditions, the reference learner, one run.
+
+Both drivers call the single-run script as a subprocess per run, never in-process:
+each configuration imports a different ``uni_rl`` and Inductor state must not leak
+from one run into the next.
+"""
+
+from __future__ import annotations
+
+import datetime
+import getpass
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import bench_env
+from bench_env import BenchSetupError
+
+SINGLE_RUN = bench_env.EXPERIMENTS_DIR / "benchmark_flashsac_training.py"
+BASELINE_DIR = bench_env.PROJECT_DIR / "work" / "bench" / "unilab-rl-1.3.2"
+
+
+def machine_slug(gpu: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200': the <machine> of results/<machine>-<date>/."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-") or "gpu"
+
+
+def results_dir(root: Path, machine: str, suffix: str = "") -> Path:
+    """A fresh results/<machine>-<date>[suffix]/ (a second invocation the same day gets -2, -3...)."""
+    base = f"{machine}-{datetime.date.today().isoformat()}{suffix}"
+    candidate, n = root / base, 1
+    while candidate.exists():
+        n += 1
+        candidate = root / f"{base}-{n}"
+    (candidate / "runs").mkdir(parents=True)
+    return candidate
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def find_base_wheel(explicit: Path | None, pins: dict[str, str]) -> Path:
+    """The pinned unilab-rl 1.3.2 wheel: given, or where the applier/fetch scripts leave it."""
+    name = pins.get("UNILAB_RL_BASE_WHEEL", "unilab_rl-1.3.2-py3-none-any.whl")
+    if explicit is not None:
+        return explicit
+    for folder in (bench_env.PROJECT_DIR / ".cache", bench_env.PROJECT_DIR / "work", bench_env.PROJECT_DIR / ".whl"):
+        hits = sorted(folder.rglob(name)) if folder.is_dir() else []
+        if hits:
+            return hits[0]
+    raise BenchSetupError(f"{name} not found under .cache/, work/ or .whl/: pass --baseline-wheel or --baseline-uni-rl")
+
+
+def prepare_baseline(explicit_dir: Path | None, wheel: Path | None) -> Path:
+    """A folder whose ``uni_rl/`` is the pristine 1.3.2 package (sha256-checked wheel, extracted once).
+
+    Extracted under the git-ignored work/ so that no uni_rl source is ever committed.
+    """
+    if explicit_dir is not None:
+        if not (explicit_dir / "uni_rl" / "__init__.py").is_file():
+            raise BenchSetupError(f"--baseline-uni-rl {explicit_dir} holds no uni_rl/ package")
+        return explicit_dir.resolve()
+    pins = bench_env.read_versions_env()
+    wheel = find_base_wheel(wheel, pins)
+    want = pins.get("UNILAB_RL_BASE_WHEEL_SHA256")
+    have = _sha256(wheel)
+    if want and have != want:
+        raise BenchSetupError(f"{wheel} has sha256 {have}, VERSIONS.env pins {want}")
+    stamp = BASELINE_DIR / ".wheel-sha256"
+    if stamp.is_file() and stamp.read_text().strip() == have and (BASELINE_DIR / "uni_rl").is_dir():
+        return BASELINE_DIR
+    BASELINE_DIR.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive:
+        members = [m for m in archive.namelist() if m.startswith("uni_rl/")]
+        archive.extractall(BASELINE_DIR, members)
+    stamp.write_text(have + "\n")
+    return BASELINE_DIR
+
+
+def inductor_cache_empty() -> bool:
+    """Whether Inductor's on-disk cache is empty: the first run then pays a cold compile.
+
+    The issue asks whether the first run on a fresh machine completed; this records
+    whether it really was cold.
+    """
+    configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    try:
+        user = getpass.getuser()  # what torch._inductor uses for its default cache folder
+    except (KeyError, OSError):
+        user = "unknown"
+    cache = Path(configured) if configured else Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+    return not cache.is_dir() or not any(cache.iterdir())
+
+
+def run_checks(commands: Sequence[tuple[str, str]], cwd: Path) -> dict[str, Any]:
+    """Run the numerics / replay-stability checks on this machine; their pass flags go in every run JSON."""
+    results: dict[str, Any] = {}
+    (cwd / "work" / "bench-checks").mkdir(parents=True, exist_ok=True)  # where the default checks write
+    for name, command in commands:
+        print(f"[bench] check {name}: {command}", flush=True)
+        started = time.monotonic()
+        proc = subprocess.run(command, shell=True, cwd=cwd)
+        results[name] = {"passed": proc.returncode == 0, "returncode": proc.returncode,
+                         "command": command, "wall_s": round(time.monotonic() - started, 1)}
+    return results
+
+
+def parse_check(text: str) -> tuple[str, str]:
+    """``NAME=COMMAND`` of --check."""
+    name, sep, command = text.partition("=")
+    if not sep or not name or not command:
+        raise BenchSetupError(f"--check wants NAME=COMMAND, got {text!r}")
+    return name, command
+
+
+@dataclass
+class RunSpec:
+    """One planned run of the single-run script."""
+
+    config: str
+    updates_per_step: int
+    seed: int | None = None
+    extra: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Progress:
+    """Overall progress across runs, printed between the runs' live panels."""
+
+    total: int
+    started: float = field(default_factory=time.monotonic)
+    done: int = 0
+
+    def line(self, what: str) -> str:
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / self.done * (self.total - self.done) if self.done else None
+        eta_text = f", ETA {eta / 60:.0f} min" if eta is not None else ""
+        return f"[bench {self.done + 1}/{self.total}] {what} (elapsed {elapsed / 60:.1f} min{eta_text})"
+
+
+def single_run_argv(
+    spec: RunSpec, *, common: Sequence[str], output: Path, run_dir: Path,
+) -> list[str]:
+    """Command line of the single-run script for one planned run."""
+    argv = [sys.executable, str(SINGLE_RUN), *common, "--config", spec.config,
+            "--updates-per-step", str(spec.updates_per_step), "--output", str(output), "--run-dir", str(run_dir)]
+    if spec.seed is not None:
+        argv += ["--seed", str(spec.seed)]
+    return argv + spec.extra
+
+
+def ensure_record(output: Path, spec: RunSpec, schedule_label: str, code: int) -> None:
+    """A failed run that could not write its JSON still appears in the summary, as failed."""
+    if output.exists():
+        return
+    output.write_text(json.dumps({
+        "status": "failed", "returncode": code, "config": spec.config,
+        "training_config": {"schedule": schedule_label, "updates_per_step": spec.updates_per_step, "seed": spec.seed},
+        "error": f"the single-run script exited {code} before writing its JSON (see the log above)",
+    }, indent=2) + "\n", encoding="utf-8")
+
+
+def execute(argv: Sequence[str], progress: Progress, what: str) -> int:
+    """Run one benchmark subprocess with the terminal handed through (its Rich panel stays live)."""
+    print("\n" + progress.line(what), flush=True)
+    print("$ " + shlex.join(argv), flush=True)
+    code = subprocess.call(list(argv))
+    progress.done += 1
+    print(f"[bench {progress.done}/{progress.total}] {what}: {'ok' if code == 0 else f'FAILED (exit {code})'}", flush=True)
+    return code

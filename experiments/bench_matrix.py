@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""`make bench`: every configuration and both upstream references, both schedules, one invocation.
+
+Runs alternate (configuration fastest, schedule next, round slowest; odd rounds in
+reverse order) so that drift of the machine during the invocation hits every
+configuration alike. Each run is the real UniLab FlashSAC training of
+``benchmark_flashsac_training.py``; after each one the Markdown summary and the plot
+under ``results/<machine>-<date>/`` are rewritten, so an interrupted invocation still
+leaves its evidence. Exit status is non-zero when any run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_configs  # noqa: E402
+import bench_driver  # noqa: E402
+import bench_env  # noqa: E402
+import bench_report  # noqa: E402
+from bench_env import BenchSetupError  # noqa: E402
+
+PROG = "bench_matrix"
+#: QUICK=1: a smoke run that exercises every configuration, not a measurement.
+QUICK = {"iterations": 60, "summary_last": 30}
+#: The reference setting of the issue: 1000 iterations, statistics over the last 500.
+FULL = {"iterations": 1000, "summary_last": 500}
+
+
+def _csv_ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--unilab-root", type=Path, default=Path(os.environ.get("UNILAB", bench_env.DEFAULT_UNILAB_ROOT)))
+    p.add_argument("--iterations", type=int, help="default 1000 (QUICK: 60)")
+    p.add_argument("--summary-last", type=int, help="default 500 (QUICK: 30)")
+    p.add_argument("--num-envs", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--replay-buffer-n", type=int, default=32)
+    p.add_argument("--learning-starts", type=int, default=8)
+    p.add_argument("--policy-frequency", type=int, default=2)
+    p.add_argument("--schedules", type=_csv_ints, default=[s.updates_per_step for s in bench_configs.SCHEDULES],
+                   help="updates_per_step values (default: 2,8 = schedules 2/1/1 and 8/4/4)")
+    p.add_argument("--configs", type=_csv, default=list(bench_configs.MATRIX_CONFIGS),
+                   help=f"configurations (default: {','.join(bench_configs.MATRIX_CONFIGS)})")
+    p.add_argument("--repeats", type=int, default=1, help="rounds over the whole matrix")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--quick", action="store_true", help=f"smoke mode: {QUICK}")
+    p.add_argument("--results-root", type=Path, default=bench_env.PROJECT_DIR / "results")
+    p.add_argument("--machine", help="<machine> of results/<machine>-<date>/ (default: from the GPU name)")
+    p.add_argument("--assets", type=Path, default=Path(os.environ["UNILAB_ASSETS"]) if os.environ.get("UNILAB_ASSETS") else None)
+    p.add_argument("--apply", action="store_true", help="run `make apply` before verifying the applied state")
+    p.add_argument("--skip-verify", action="store_true",
+                   help="development only: do not require `python -m patchset status` (recorded in every run)")
+    p.add_argument("--overlay", type=Path, default=bench_env.OVERLAY_DIR)
+    p.add_argument("--baseline-uni-rl", type=Path, help="folder with pristine unilab-rl 1.3.2 uni_rl/")
+    p.add_argument("--baseline-wheel", type=Path, help="the pinned unilab-rl 1.3.2 wheel to extract it from")
+    p.add_argument("--check", action="append", default=[], metavar="NAME=COMMAND",
+                   help="a numerics/replay-stability check to run first; its pass flag goes in every run")
+    p.add_argument("--timeout-s", type=float, help="per-run limit")
+    p.add_argument("--live-panel", choices=("auto", "always", "never"), default="auto")
+    return p
+
+
+def plan(configs: Sequence[str], schedules: Sequence[int], repeats: int) -> list[bench_driver.RunSpec]:
+    """Alternating order: configurations innermost, reversed on odd rounds."""
+    runs: list[bench_driver.RunSpec] = []
+    for round_index in range(repeats):
+        order = list(configs) if round_index % 2 == 0 else list(reversed(configs))
+        for ups in schedules:
+            runs.extend(bench_driver.RunSpec(config=c, updates_per_step=ups) for c in order)
+    return runs
+
+
+def available_configs(requested: Sequence[str], unilab_root: Path) -> list[str]:
+    """Drop configurations the applied tree cannot run yet (e.g. the whole-iteration graph)."""
+    unknown = [c for c in requested if c not in bench_configs.CONFIGS]
+    if unknown:
+        raise BenchSetupError(f"unknown configuration(s) {unknown}; known: {sorted(bench_configs.CONFIGS)}")
+    keys = bench_env.flashsac_config_keys(unilab_root)
+    kept = []
+    for name in requested:
+        need = bench_configs.CONFIGS[name].requires_key
+        if need and need not in keys:
+            print(f"[bench] skipping {name}: the tree's flashsac config has no {need} yet", flush=True)
+            continue
+        kept.append(name)
+    return kept
+
+
+def prepare(args: argparse.Namespace) -> tuple[dict, Path, list[str], Path | None, dict | None]:
+    """All preconditions, before any GPU minute is spent; raises BenchSetupError with the reason."""
+    device = bench_env.require_cuda()
+    if args.apply:
+        custom = args.unilab_root.resolve() != bench_env.DEFAULT_UNILAB_ROOT.resolve()
+        subprocess.run(["make", "apply", *([f"UNILAB={args.unilab_root.resolve()}"] if custom else [])],
+                       cwd=bench_env.PROJECT_DIR, check=True)
+    state = None
+    root = bench_env.require_unilab_root(args.unilab_root)
+    if not args.skip_verify:
+        state = bench_env.patchset_status(root, args.overlay)
+        bench_env.require_applied(state)
+    bench_env.ensure_assets(root, args.assets)
+    configs = available_configs(args.configs, root)
+    needs_baseline = any(bench_configs.CONFIGS[c].source == "baseline" for c in configs)
+    baseline = bench_driver.prepare_baseline(args.baseline_uni_rl, args.baseline_wheel) if needs_baseline else None
+    return device, root, configs, baseline, state
+
+
+def common_args(args: argparse.Namespace, root: Path, baseline: Path | None, checks_json: Path | None) -> list[str]:
+    """Options every run of this invocation shares."""
+    common = ["--unilab-root", str(root), "--backend", "mujoco", "--iterations", str(args.iterations),
+              "--summary-last", str(args.summary_last), "--num-envs", str(args.num_envs),
+              "--batch-size", str(args.batch_size), "--replay-buffer-n", str(args.replay_buffer_n),
+              "--learning-starts", str(args.learning_starts), "--policy-frequency", str(args.policy_frequency),
+              "--overlay", str(args.overlay), "--live-panel", args.live_panel]
+    if baseline is not None:
+        common += ["--baseline-uni-rl", str(baseline)]
+    if not args.skip_verify:
+        common.append("--require-applied")
+    if checks_json is not None:
+        common += ["--checks-json", str(checks_json)]
+    if args.timeout_s:
+        common += ["--timeout-s", str(args.timeout_s)]
+    if args.seed is not None:
+        common += ["--seed", str(args.seed)]
+    return common
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    defaults = QUICK if args.quick else FULL
+    args.iterations = args.iterations or defaults["iterations"]
+    args.summary_last = args.summary_last or min(defaults["summary_last"], args.iterations)
+    try:
+        checks = [bench_driver.parse_check(c) for c in args.check]
+        device, root, configs, baseline, state = prepare(args)
+    except (BenchSetupError, subprocess.CalledProcessError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    cold = bench_driver.inductor_cache_empty()
+    out = bench_driver.results_dir(args.results_root, args.machine or bench_driver.machine_slug(device["gpu"]),
+                                   "-quick" if args.quick else "")
+    logs_root = bench_env.PROJECT_DIR / "work" / "bench-logs" / out.name
+    checks_json = None
+    if checks:
+        checks_json = out / "checks.json"
+        checks_json.write_text(json.dumps(bench_driver.run_checks(checks, bench_env.PROJECT_DIR), indent=2) + "\n")
+    common = common_args(args, root, baseline, checks_json)
+    specs = plan(configs, args.schedules, args.repeats)
+    progress = bench_driver.Progress(total=len(specs))
+    notes = (f"Invocation: {len(specs)} runs ({', '.join(configs)}) × schedules "
+             f"{[bench_configs.Schedule(u, args.policy_frequency).label for u in args.schedules]}, "
+             f"{args.repeats} round(s), alternating. Inductor cache empty at start (cold start): {cold}. "
+             f"Applied state verified: {not args.skip_verify}"
+             f"{' (series ' + str(state.get('series_sha256')) + ')' if state else ''}."
+             f"{' QUICK mode: smoke run, not a measurement.' if args.quick else ''}")
+    failures = 0
+    print(f"[bench] {len(specs)} runs -> {out}", flush=True)
+    for index, spec in enumerate(specs, 1):
+        schedule = bench_configs.Schedule(spec.updates_per_step, args.policy_frequency).label
+        stem = f"{index:02d}-{spec.config}-{schedule.replace('/', '-')}"
+        output = out / "runs" / f"{stem}.json"
+        argv_run = bench_driver.single_run_argv(spec, common=common, output=output, run_dir=logs_root / stem)
+        code = bench_driver.execute(argv_run, progress, f"{spec.config}, schedule {schedule}")
+        bench_driver.ensure_record(output, spec, schedule, code)
+        failures += code != 0
+        runs = bench_report.load_runs(out)
+        if runs:
+            bench_report.write_summary(runs, out / "summary.md", title=f"FlashSAC training benchmark: {out.name}", notes=notes)
+            bench_report.plot_timings(runs, out / "timings.png")
+    print(f"\n[bench] done: {len(specs) - failures}/{len(specs)} runs completed; {out / 'summary.md'}")
+    runs = bench_report.load_runs(out)
+    if runs:
+        print(bench_report.summary_table(runs))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""Tables and plots from run JSON files written by ``benchmark_flashsac_training.py``.
+
+Separate from the runs so a report can be rebuilt (and tested on a CPU) from the JSON
+alone: ``python experiments/bench_report.py results/<machine>-<date>/`` rewrites that
+folder's summary.md and plots. Every number here is computed from the runs' per-iteration
+rows; nothing is typed in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from statistics import fmean, stdev
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_configs  # noqa: E402
+import bench_stats  # noqa: E402
+
+RUNS_SUBDIR = "runs"
+
+
+def load_runs(folder: Path) -> list[dict[str, Any]]:
+    """Run JSONs under ``folder`` (and its runs/ subfolder), in file-name order."""
+    paths = sorted(folder.glob("*.json")) + sorted((folder / RUNS_SUBDIR).glob("*.json"))
+    runs = []
+    for path in paths:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "training_config" in data:
+            data.setdefault("_file", path.name)
+            runs.append(data)
+    return runs
+
+
+def _schedule(run: dict[str, Any]) -> str:
+    return str(run.get("training_config", {}).get("schedule") or "?")
+
+
+def _ok(run: dict[str, Any]) -> bool:
+    return run.get("status") == "completed" and bool(run.get("rows"))
+
+
+def pooled(runs: Sequence[dict[str, Any]], field: str) -> dict[str, float | int] | None:
+    """Statistics over the summarized rows of all repeats of one configuration × schedule."""
+    values = [row.get(field) for run in runs if _ok(run) for row in run["rows"]]
+    values = [v for v in values if v is not None]
+    return bench_stats.summarize(values) if values else None
+
+
+def _config_order(name: str) -> tuple[int, str]:
+    order = list(bench_configs.MATRIX_CONFIGS)
+    return (order.index(name) if name in order else len(order), name)
+
+
+def _label(name: str, runs: Sequence[dict[str, Any]]) -> str:
+    if name in bench_configs.CONFIGS:
+        return bench_configs.CONFIGS[name].label
+    return str(runs[0].get("config_label", name)) if runs else name
+
+
+def group_runs(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(configuration, schedule) -> its runs."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((str(run.get("config")), _schedule(run)), []).append(run)
+    return groups
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _reference_means(groups: dict[tuple[str, str], list[dict[str, Any]]], reference: str, field: str) -> dict[str, float]:
+    """schedule -> mean of ``field`` for the configuration that is the named reference."""
+    names = {c.name for c in bench_configs.CONFIGS.values() if c.reference == reference}
+    means: dict[str, float] = {}
+    for (config, schedule), runs in groups.items():
+        if config in names:
+            stats = pooled(runs, field)
+            if stats:
+                means[schedule] = float(stats["mean_ms"])
+    return means
+
+
+def summary_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Markdown table: configuration × schedule, learner and iter statistics, vs the references.
+
+    *reduction vs 1.3.2* is ``1 - mean / mean(unpatched 1.3.2 eager)`` of the same
+    schedule; *× vs 1.4.0* is ``mean / mean(upstream 1.4.0 full compile)`` (< 1: faster).
+    """
+    groups = group_runs(runs)
+    base_l = _reference_means(groups, "baseline", "learner_train_ms")
+    base_i = _reference_means(groups, "baseline", "iter_ms")
+    up_l = _reference_means(groups, "upstream", "learner_train_ms")
+    up_i = _reference_means(groups, "upstream", "iter_ms")
+    lines = [
+        "| configuration | schedule | runs | learner mean | median | p90 | p95 | iter mean | median | p90 | p95 "
+        "| learner reduction vs 1.3.2 | iter reduction vs 1.3.2 | learner × vs 1.4.0 | iter × vs 1.4.0 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (config, schedule) in sorted(groups, key=lambda k: (k[1].split("/")[0].zfill(3), _config_order(k[0]))):
+        group = groups[(config, schedule)]
+        ok = [r for r in group if _ok(r)]
+        learner, it = pooled(ok, "learner_train_ms"), pooled(ok, "iter_ms")
+        if learner is None or it is None:
+            lines.append(f"| {_label(config, group)} | {schedule} | 0/{len(group)} | FAILED | | | | | | | | | | | |")
+            continue
+        lm, im = float(learner["mean_ms"]), float(it["mean_ms"])
+
+        def red(mean: float, ref: dict[str, float]) -> str:
+            return f"{(1 - mean / ref[schedule]) * 100:.1f}%" if schedule in ref else "–"
+
+        def ratio(mean: float, ref: dict[str, float]) -> str:
+            return f"{mean / ref[schedule]:.2f}×" if schedule in ref else "–"
+
+        lines.append(
+            f"| {_label(config, group)} | {schedule} | {len(ok)}/{len(group)} | "
+            f"{_fmt(lm)} | {_fmt(learner['median_ms'])} | {_fmt(learner['p90_ms'])} | {_fmt(learner['p95_ms'])} | "
+            f"{_fmt(im)} | {_fmt(it['median_ms'])} | {_fmt(it['p90_ms'])} | {_fmt(it['p95_ms'])} | "
+            f"{red(lm, base_l)} | {red(im, base_i)} | {ratio(lm, up_l)} | {ratio(im, up_i)} |"
+        )
+    return "\n".join(lines)
+
+
+def warmup_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Compile/capture warm-up per run, kept out of the summary rows on purpose."""
+    lines = [
+        "| run | configuration | schedule | start → 1st iteration (s) | 1st iteration learner (ms) "
+        "| excess learner before window (ms) | Dynamo compile (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        warm = run.get("warmup") or {}
+        dynamo = (warm.get("dynamo") or {}).get("phase_total_s") or {}
+        compile_s = dynamo.get("_compile.compile_inner")
+        lines.append(
+            f"| {run.get('_file', '?')} | {_label(str(run.get('config')), [run])} | {_schedule(run)} | "
+            f"{_fmt(warm.get('startup_to_first_iteration_s'), 1)} | {_fmt(warm.get('first_iteration_learner_train_ms'), 0)} | "
+            f"{_fmt(warm.get('excess_learner_ms'), 0)} | {_fmt(compile_s, 1)} |"
+        )
+    return "\n".join(lines)
+
+
+def environment_section(runs: Sequence[dict[str, Any]]) -> str:
+    """Machine, versions, drift, applied series, checks and provenance, from the runs themselves."""
+    if not runs:
+        return "_no runs_"
+    device = runs[0].get("device", {})
+    out = [
+        f"- GPU: {device.get('gpu')} (capability {device.get('capability')}), torch {device.get('torch')}, "
+        f"host {device.get('hostname')}",
+        f"- packages: {json.dumps(device.get('package_versions'))}",
+        f"- version drift vs VERSIONS.env: {json.dumps(device.get('version_drift'))}",
+        f"- applied series sha256: {sorted({str(r.get('series_sha256')) for r in runs})}",
+        f"- checks: {json.dumps(runs[0].get('checks'))}",
+    ]
+    flagged = [r.get("_file") for r in runs if r.get("provenance_flagged")]
+    missing = [r.get("_file") for r in runs if not r.get("provenance_processes")]
+    wrong = [r.get("_file") for r in runs if not r.get("device", {}).get("flashsac_source_ok", False)]
+    out.append(f"- provenance: {sum(int(r.get('provenance_processes') or 0) for r in runs)} process records; "
+               f"flagged in {flagged or 'none'}; missing in {missing or 'none'}")
+    out.append(f"- uni_rl imported from the wrong place in: {wrong or 'none'}")
+    for run in runs:
+        out.append(f"  - {run.get('_file')}: uni_rl from `{run.get('device', {}).get('flashsac_source')}`")
+    return "\n".join(out)
+
+
+def failures_section(runs: Sequence[dict[str, Any]]) -> str:
+    failed = [r for r in runs if r.get("status") != "completed"]
+    if not failed:
+        return "All runs completed."
+    return "\n".join(f"- **{r.get('_file')}** ({_label(str(r.get('config')), [r])}, {_schedule(r)}): "
+                     f"{r.get('error')}" for r in failed)
+
+
+def write_summary(runs: Sequence[dict[str, Any]], path: Path, *, title: str, notes: str = "") -> None:
+    """summary.md: table, warm-up, environment, failures."""
+    first = runs[0] if runs else {}
+    tc = first.get("training_config", {})
+    text = (
+        f"# {title}\n\n"
+        f"G1 Walk Flat (MuJoCo), {tc.get('num_envs')} envs, batch {tc.get('batch_size')}, "
+        f"replay_buffer_n {tc.get('replay_buffer_n')}, learning_starts {tc.get('learning_starts')}, "
+        f"{first.get('iterations')} iterations, statistics over the last {first.get('summary_last')}; times in ms.\n\n"
+        f"{notes}\n\n## Timings\n\n{summary_table(runs)}\n\n"
+        f"## Compile / capture warm-up (not in the table above)\n\n{warmup_table(runs)}\n\n"
+        f"## Environment\n\n{environment_section(runs)}\n\n## Failures\n\n{failures_section(runs)}\n"
+    )
+    path.write_text(text, encoding="utf-8")
+
+
+def plot_timings(runs: Sequence[dict[str, Any]], path: Path) -> None:
+    """Per-iteration learner and iter time of every run; one column per schedule, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    schedules = sorted({_schedule(r) for r in runs}, key=lambda s: s.split("/")[0].zfill(3)) or ["?"]
+    fig, axes = plt.subplots(2, len(schedules), figsize=(7 * len(schedules), 8), squeeze=False, sharex="col")
+    for col, schedule in enumerate(schedules):
+        for run in (r for r in runs if _schedule(r) == schedule and r.get("rows_all")):
+            steps = [row["step"] for row in run["rows_all"]]
+            for ax, field in zip(axes[:, col], ("learner_train_ms", "iter_ms")):
+                values = [row.get(field) if row.get(field) is not None else float("nan") for row in run["rows_all"]]
+                ax.plot(steps, values, lw=0.8, label=f"{_label(str(run.get('config')), [run])} ({run.get('_file', '')})")
+            first = run.get("summary_first_step")
+            if first is not None:
+                for ax in axes[:, col]:
+                    ax.axvline(first, color="0.6", ls=":", lw=0.8)
+        for ax, field in zip(axes[:, col], ("learner_train_ms", "iter_ms")):
+            ax.set_yscale("log")
+            ax.set_title(f"{field}, schedule {schedule}")
+            ax.set_ylabel("ms")
+            ax.grid(True, which="both", alpha=0.3)
+        axes[1, col].set_xlabel("iteration (dotted: start of summary window)")
+        axes[0, col].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- learning parity
+
+def parity_summary(runs: Sequence[dict[str, Any]], *, last: int) -> dict[str, dict[str, Any]]:
+    """Per configuration: final mean reward (mean of the last ``last`` logged) per seed, mean ± std."""
+    out: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        entry = out.setdefault(str(run.get("config")), {"label": _label(str(run.get("config")), [run]), "seeds": {}})
+        final = bench_stats.final_reward(run.get("reward") or [], last=last) if run.get("status") == "completed" else None
+        entry["seeds"][str(run.get("training_config", {}).get("seed"))] = final
+    for entry in out.values():
+        finals = [v for v in entry["seeds"].values() if v is not None]
+        entry["n"] = len(finals)
+        entry["mean"] = fmean(finals) if finals else None
+        entry["std"] = stdev(finals) if len(finals) > 1 else None
+        entry["min"] = min(finals) if finals else None
+        entry["max"] = max(finals) if finals else None
+    return out
+
+
+def parity_verdict(summary: dict[str, dict[str, Any]], *, candidate: str, baseline: str, k: float = 2.0) -> dict[str, Any]:
+    """Does ``candidate`` learn as well as ``baseline`` within seed noise?
+
+    Passes when the candidate's mean final reward is not below the baseline's by more
+    than ``k`` standard errors of the difference (one-sided: learning *better* is no
+    failure). Needs at least two finished seeds on each side to estimate the noise.
+    """
+    c, b = summary.get(candidate), summary.get(baseline)
+    if not c or not b or (c.get("n") or 0) < 2 or (b.get("n") or 0) < 2:
+        return {"passed": False, "reason": "fewer than 2 finished seeds on a side"}
+    se = math.sqrt((c["std"] ** 2) / c["n"] + (b["std"] ** 2) / b["n"])
+    gap = c["mean"] - b["mean"]
+    passed = gap >= -k * se
+    return {"passed": passed, "gap": gap, "stderr": se, "k": k,
+            "reason": f"candidate − baseline = {gap:+.3f}, allowed ≥ {-k * se:.3f} ({k}·SE)"}
+
+
+def parity_markdown(summary: dict[str, dict[str, Any]], verdict: dict[str, Any], *, last: int) -> str:
+    lines = [f"| configuration | seeds | final reward (mean of last {last}) per seed | mean ± std | min … max |",
+             "|---|---|---|---|---|"]
+    for entry in summary.values():
+        per_seed = ", ".join(f"{s}: {_fmt(v, 3)}" for s, v in entry["seeds"].items())
+        lines.append(f"| {entry['label']} | {entry['n']} | {per_seed} | {_fmt(entry['mean'], 3)} ± {_fmt(entry['std'], 3)} "
+                     f"| {_fmt(entry['min'], 3)} … {_fmt(entry['max'], 3)} |")
+    lines.append("")
+    lines.append(f"**Verdict: {'PASS' if verdict.get('passed') else 'FAIL'}**: {verdict.get('reason')}")
+    return "\n".join(lines)
+
+
+def plot_rewards(runs: Sequence[dict[str, Any]], path: Path) -> None:
+    """Reward per iteration: thin line per seed, thick line for the mean over seeds, per configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    configs = sorted({str(r.get("config")) for r in runs})
+    for i, config in enumerate(configs):
+        color = colors[i % len(colors)]
+        curves = []
+        for run in (r for r in runs if str(r.get("config")) == config and r.get("rows_all")):
+            steps = [row["step"] for row in run["rows_all"]]
+            rewards = [row.get("reward") if row.get("reward") is not None else float("nan") for row in run["rows_all"]]
+            ax.plot(steps, rewards, color=color, lw=0.6, alpha=0.4)
+            curves.append(dict(zip(steps, rewards)))
+        if curves:
+            steps = sorted(set().union(*curves))
+            mean = [fmean(vals) if (vals := [c[s] for c in curves if s in c and not math.isnan(c[s])]) else float("nan")
+                    for s in steps]
+            ax.plot(steps, mean, color=color, lw=2.0, label=f"{_label(config, [])} (mean of {len(curves)} seeds)")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("mean episode reward (collector)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rebuild summary.md and timings.png of a results folder from its run JSONs."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--title", default="FlashSAC training benchmark")
+    args = parser.parse_args(argv)
+    runs = load_runs(args.folder)
+    if not runs:
+        print(f"bench_report: error: no run JSON under {args.folder}", file=sys.stderr)
+        return 1
+    write_summary(runs, args.folder / "summary.md", title=args.title)
+    plot_timings(runs, args.folder / "timings.png")
+    print(f"wrote {args.folder / 'summary.md'} and {args.folder / 'timings.png'} from {len(runs)} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,349 @@
+"""CPU-only tests of the training benchmark harness (experiments/bench_*.py).
+
+What a GPU run cannot be trusted to catch by itself: the no-CUDA refusal (one line,
+non-zero, nothing written), the original report's command line still parsing into the
+same Hydra overrides, the statistics every table is built from, the report/plot code
+run on a real run JSON (tests/data/, written by the real script on a lent H200), the
+timing hook on the real ``OffPolicyLogger``, and the asset check. Runs in seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = PROJECT / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import bench_configs  # noqa: E402
+import bench_env  # noqa: E402
+import bench_report  # noqa: E402
+import bench_stats  # noqa: E402
+import benchmark_flashsac_training as single  # noqa: E402
+
+REAL_RUN = PROJECT / "tests" / "data" / "bench_run_h200_upstream140_warm.json"
+ORIGINAL_ARGV = [
+    "--unilab-root", "/nonexistent/UniLab", "--backend", "mujoco", "--iterations", "1000",
+    "--summary-last", "500", "--num-envs", "256", "--batch-size", "256", "--replay-buffer-n", "32",
+    "--learning-starts", "8", "--updates-per-step", "2", "--policy-frequency", "2", "--compile",
+]
+
+
+def _real_run() -> dict:
+    return json.loads(REAL_RUN.read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------ no CUDA
+
+def test_no_cuda_one_error_line_nonzero_and_nothing_written(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "benchmark_flashsac_training.py"), *ORIGINAL_ARGV, "--output", str(out)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("benchmark_flashsac_training: error: CUDA is required")
+    assert proc.stdout == ""
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_matrix_driver_refuses_without_cuda_and_writes_no_results(tmp_path: Path) -> None:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "bench_matrix.py"), "--quick", "--results-root", str(tmp_path / "results")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert len([line for line in proc.stderr.splitlines() if line.strip()]) == 1
+    assert "CUDA is required" in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+# ------------------------------------------------------------------ command line
+
+def test_original_command_line_parses_into_the_same_overrides(tmp_path: Path) -> None:
+    args = single.parse_args([*ORIGINAL_ARGV, "--output", "x.json"])
+    assert (args.iterations, args.summary_last, args.num_envs, args.batch_size) == (1000, 500, 256, 256)
+    assert (args.replay_buffer_n, args.learning_starts, args.updates_per_step, args.policy_frequency) == (32, 8, 2, 2)
+    assert args.compile is True and args.backend == "mujoco" and args.output == Path("x.json")
+    overrides = single.hydra_overrides(args, tmp_path / "logs")
+    for expected in ("task=g1_walk_flat/mujoco", "algo.max_iterations=1000", "algo.num_envs=256",
+                     "algo.batch_size=256", "algo.replay_buffer_n=32", "algo.learning_starts=8",
+                     "algo.updates_per_step=2", "algo.policy_frequency=2", "training.no_play=true",
+                     "++algo.algo_params.use_compile=true", "++algo.algo_params.compile_full_objectives=true",
+                     f"training.log_dir='{tmp_path / 'logs'}'"):
+        assert expected in overrides
+    assert single.config_identity(args) == ("compile", bench_configs.CONFIGS["compile"].label)
+
+
+def test_no_compile_turns_both_switches_off_and_config_is_exclusive() -> None:
+    args = single.parse_args([*ORIGINAL_ARGV[:-1], "--no-compile"])
+    overrides = single.hydra_overrides(args, Path("/tmp/l"))
+    assert "++algo.algo_params.use_compile=false" in overrides
+    assert "++algo.algo_params.compile_full_objectives=false" in overrides
+    with pytest.raises(SystemExit) as exc:
+        single.parse_args([*ORIGINAL_ARGV, "--config", "eager"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        single.parse_args([*ORIGINAL_ARGV[:-1], "--iterations", "0"])
+
+
+def test_reference_configs_choose_their_learner_and_keep_the_overlay_off_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    overlay = tmp_path / "overlay"
+    (overlay / "uni_rl").mkdir(parents=True)
+    (overlay / "uni_rl" / "__init__.py").write_text("")
+    (overlay / "sitecustomize.py").write_text("")
+    base = tmp_path / "base"
+    (base / "uni_rl").mkdir(parents=True)
+    (base / "uni_rl" / "__init__.py").write_text("")
+    args = single.parse_args(["--config", "baseline-1.3.2", "--baseline-uni-rl", str(base), "--overlay", str(overlay)])
+    assert single.resolve_learner(args) == ("baseline", base.resolve())
+    args = single.parse_args(["--config", "upstream-1.4.0", "--overlay", str(overlay)])
+    source, path = single.resolve_learner(args)
+    assert (source, path) == ("installed", None)
+    site = single.provenance_site(overlay, path, tmp_path / "scratch")
+    assert site is not None and (site / "sitecustomize.py").exists() and not (site / "uni_rl").exists()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(overlay), "/elsewhere"]))
+    env = single.child_env(learner_path=None, prov_site=site, unilab_root=tmp_path / "ul", overlay=overlay,
+                           timings=tmp_path / "t.jsonl", provenance_dir=tmp_path / "p")
+    entries = env["PYTHONPATH"].split(os.pathsep)
+    assert str(overlay) not in entries and entries[0] == str(site) and "/elsewhere" in entries
+    assert single.source_matches("installed", None, "/site-packages/uni_rl", overlay)
+    assert not single.source_matches("installed", None, str(overlay / "uni_rl"), overlay)
+    assert not single.source_matches("baseline", base, "/site-packages/uni_rl", overlay)
+
+
+def test_overlay_learner_missing_is_a_clear_error(tmp_path: Path) -> None:
+    args = single.parse_args(["--overlay", str(tmp_path)])
+    with pytest.raises(bench_env.BenchSetupError, match="make apply"):
+        single.resolve_learner(args)
+
+
+def test_schedules_are_the_original_reports() -> None:
+    assert [s.label for s in bench_configs.SCHEDULES] == ["2/1/1", "8/4/4"]
+    assert bench_configs.Schedule(3, 2).actor_updates == 2
+
+
+def test_last_exception_line_finds_the_root_cause_not_hydra_exit() -> None:
+    tail = ("Traceback (most recent call last):\n  File \"w.py\", line 1\n"
+            "TimeoutError: Timed out waiting for off-policy inference tick 9\n"
+            "│ TimeoutError: boxed copy │\n\x1b[31mError executing job with overrides: [...]\x1b[0m\n")
+    assert single.last_exception_line(tail) == "TimeoutError: Timed out waiting for off-policy inference tick 9"
+
+
+# ------------------------------------------------------------------ statistics
+
+def test_percentile_matches_numpy_linear_definition() -> None:
+    numpy = pytest.importorskip("numpy")
+    rng = random.Random(7)
+    for n in (1, 2, 5, 101, 500):
+        values = [rng.lognormvariate(3, 0.5) for _ in range(n)]
+        for q in (0.5, 0.9, 0.95):
+            assert bench_stats.percentile(values, q) == pytest.approx(float(numpy.percentile(values, q * 100)))
+
+
+def test_summary_window_and_warmup_are_separate() -> None:
+    rows = [{"step": i, "learner_train_ms": 5000.0 if i == 1 else 10.0 + i % 3, "iter_ms": 20.0,
+             "collector_cycle_ms": None if i == 1 else 12.0} for i in range(1, 11)]
+    report = bench_stats.timing_report(rows, summary_last=4)
+    assert [r["step"] for r in report["rows"]] == [7, 8, 9, 10]
+    assert report["summary_first_step"] == 7 and report["num_samples_all"] == 10
+    assert report["learner_train_ms"]["max_ms"] < 100  # the compile iteration is not in the summary
+    assert report["collector_cycle_ms"]["count"] == 4
+    warm = bench_stats.warmup_report(report["rows_all"], report["rows"], first_iteration_wall_s=12.5)
+    assert warm["iterations_before_summary"] == 6
+    assert warm["first_iteration_learner_train_ms"] == 5000.0
+    median = report["learner_train_ms"]["median_ms"]
+    assert warm["excess_learner_ms"] == pytest.approx(sum(max(r["learner_train_ms"] - median, 0) for r in rows[:6]))
+    with pytest.raises(ValueError):
+        bench_stats.timing_report(rows, summary_last=5, skip_first=10)
+    assert bench_stats.final_reward([None, 1.0, 2.0, 3.0], last=2) == 2.5
+    assert bench_stats.final_reward([None], last=2) is None
+
+
+def test_real_run_json_is_consistent_with_its_own_rows() -> None:
+    run = _real_run()
+    again = bench_stats.timing_report(run["rows_all"], summary_last=run["summary_last"])
+    for field in bench_stats.TIMING_FIELDS:
+        assert again[field] == pytest.approx(run[field])
+    assert run["warmup"]["first_iteration_learner_train_ms"] > 10 * run["learner_train_ms"]["median_ms"]
+    assert run["device"]["flashsac_source_ok"] and run["status"] == "completed"
+
+
+# ------------------------------------------------------------------ report
+
+def _scaled(run: dict, config: str, factor: float, name: str) -> dict:
+    """A second run for the table: the real rows scaled (test input, not a result)."""
+    other = copy.deepcopy(run)
+    other["config"], other["_file"] = config, name
+    for row in other["rows_all"]:
+        for field in ("learner_train_ms", "iter_ms"):
+            row[field] *= factor
+    other.update(bench_stats.timing_report(other["rows_all"], summary_last=other["summary_last"]))
+    return other
+
+
+def test_summary_table_reductions_and_ratios(tmp_path: Path) -> None:
+    upstream = _real_run()
+    baseline = _scaled(upstream, "baseline-1.3.2", 2.0, "b.json")
+    compiled = _scaled(upstream, "compile", 0.5, "c.json")
+    failed = {"status": "failed", "config": "eager", "training_config": {"schedule": "2/1/1"}, "error": "boom"}
+    table = bench_report.summary_table([upstream, baseline, compiled, failed])
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()[2:]}
+    assert rows["full-objective compile"][11] == "75.0%"  # 0.5x vs 2x baseline
+    assert rows["full-objective compile"][13] == "0.50×"
+    assert rows["unpatched unilab-rl 1.3.2 (eager)"][11] == "0.0%"
+    assert rows["upstream unilab-rl 1.4.0 compile_full_objectives"][14] == "1.00×"
+    assert "FAILED" in rows["deferred eager"][3]
+    mean = float(rows["full-objective compile"][3])
+    assert mean == pytest.approx(upstream["learner_train_ms"]["mean_ms"] * 0.5, abs=0.01)
+    md = tmp_path / "summary.md"
+    bench_report.write_summary([upstream, baseline, compiled, failed], md, title="t")
+    text = md.read_text()
+    assert "## Compile / capture warm-up" in text and "boom" in text and "NVIDIA H200" in text
+
+
+def test_plots_are_real_pngs(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    run = _real_run()
+    runs = [run, _scaled(run, "baseline-1.3.2", 2.0, "b.json")]
+    bench_report.plot_timings(runs, tmp_path / "timings.png")
+    seeded = []
+    for seed in (1, 2):
+        r = copy.deepcopy(run)
+        r["training_config"]["seed"] = seed
+        for row in r["rows_all"]:
+            row["reward"] = (row["reward"] or 0) + seed
+        seeded.append(r)
+    bench_report.plot_rewards(seeded, tmp_path / "rewards.png")
+    for name in ("timings.png", "rewards.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_parity_verdict_uses_seed_noise() -> None:
+    def runs(config: str, finals: list[float]) -> list[dict]:
+        return [{"status": "completed", "config": config, "training_config": {"seed": i},
+                 "reward": [0.0] * 10 + [f] * 10} for i, f in enumerate(finals)]
+
+    same = bench_report.parity_summary(runs("patched-default", [10, 11, 12]) + runs("baseline-1.3.2", [10.5, 11, 11.5]), last=10)
+    assert same["patched-default"]["mean"] == pytest.approx(11.0)
+    assert bench_report.parity_verdict(same, candidate="patched-default", baseline="baseline-1.3.2")["passed"]
+    worse = bench_report.parity_summary(runs("patched-default", [2, 2.5, 3]) + runs("baseline-1.3.2", [10, 11, 12]), last=10)
+    assert not bench_report.parity_verdict(worse, candidate="patched-default", baseline="baseline-1.3.2")["passed"]
+    one = bench_report.parity_summary(runs("patched-default", [10]) + runs("baseline-1.3.2", [10, 11]), last=10)
+    assert not bench_report.parity_verdict(one, candidate="patched-default", baseline="baseline-1.3.2")["passed"]
+
+
+# ------------------------------------------------------------------ timing hook on the real logger
+
+def test_hook_records_what_the_real_logger_receives(tmp_path: Path) -> None:
+    pytest.importorskip("uni_rl.logging.offpolicy")
+    sink = tmp_path / "t.jsonl"
+    code = (
+        "import flashsac_bench_hook as h\n"
+        "assert h.install()\n"
+        "from uni_rl.logging.offpolicy import OffPolicyLogger\n"
+        "lg = OffPolicyLogger(log_backend='none', num_envs=4)\n"
+        "lg.update_collector_timing({'inference_request_ms': 1.0, 'learner_action_wait_ms': 2.0,"
+        " 'env_step_ms': 8.0, 'replay_write_ms': 0.5})\n"
+        "for i in (1, 2):\n"
+        "    lg.log_step(iteration=i, train_time=0.01 * i, iteration_time=0.03, reward=None if i == 1 else 2.5)\n"
+        "h.write_end('completed')\n"
+    )
+    env = dict(os.environ, FLASHSAC_BENCH_TIMINGS=str(sink),
+               PYTHONPATH=os.pathsep.join([str(EXPERIMENTS / "bench_child"), os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120, capture_output=True)
+    meta, rows, end = single.read_timings(sink)
+    assert meta["flashsac_source"].endswith("uni_rl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[1]["learner_train_ms"] == pytest.approx(20.0) and rows[1]["iter_ms"] == pytest.approx(30.0)
+    assert rows[0]["collector_cycle_ms"] == pytest.approx(11.5)  # the logger's own cycle sum
+    assert rows[0]["reward"] is None and rows[1]["reward"] == 2.5
+    assert end["status"] == "completed" and end["uni_rl_modules"]
+
+
+# ------------------------------------------------------------------ live panel
+
+@pytest.mark.parametrize(("panel", "tty"), [("always", "True"), ("never", "False")])
+def test_live_panel_gives_the_trainer_a_terminal_only_when_asked(tmp_path: Path, panel: str, tty: str) -> None:
+    from bench_child_runner import run_child
+
+    result = run_child([sys.executable, "-c", "import sys; print(sys.stdout.isatty()); sys.exit(3)"],
+                       cwd=tmp_path, env=dict(os.environ), panel=panel)  # type: ignore[arg-type]
+    assert result.returncode == 3 and not result.timed_out
+    assert result.output_tail.strip() == tty
+
+
+def test_timeout_ends_the_trainer_group(tmp_path: Path) -> None:
+    from bench_child_runner import run_child
+
+    result = run_child([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path,
+                       env=dict(os.environ), panel="never", timeout_s=1.0)
+    assert result.timed_out and result.returncode == 124 and result.wall_s < 30
+
+
+# ------------------------------------------------------------------ assets
+
+def _tiny_tree(root: Path) -> None:
+    g1 = root / "src/unilab/assets/robots/g1"
+    g1.mkdir(parents=True)
+    (g1 / "scene_flat.xml").write_text('<mujoco><include file="g1.xml"/></mujoco>')
+    (g1 / "g1.xml").write_text('<mujoco><compiler meshdir="assets"/><asset><mesh name="a" file="a.STL"/>'
+                               '<mesh name="b" file="b.STL"/></asset></mujoco>')
+
+
+def test_asset_check_follows_the_scene_and_seeds_from_a_tarball(tmp_path: Path) -> None:
+    tree = tmp_path / "UniLab"
+    _tiny_tree(tree)
+    missing = bench_env.missing_assets(tree)
+    assert sorted(p.name for p in missing) == ["a.STL", "b.STL"]
+    with pytest.raises(bench_env.BenchSetupError, match="2 G1 asset file"):
+        bench_env.ensure_assets(tree, None)
+    src = tmp_path / "seed/robots/g1/assets"
+    src.mkdir(parents=True)
+    for name in ("a.STL", "b.STL"):
+        (src / name).write_bytes(b"solid x\n")
+    archive = tmp_path / "assets.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        tar.add(tmp_path / "seed/robots", arcname="robots")
+    assert bench_env.ensure_assets(tree, archive)["seeded_files"] == 2
+    assert bench_env.missing_assets(tree) == []
+
+
+def test_version_drift_and_applied_state() -> None:
+    pins = {"TORCH_VERSION": "2.8.0+cu128", "UNILAB_VERSION": "1.3.2"}
+    assert bench_env.version_drift({"torch": "2.11.0", "unilab": "1.3.2"}, pins) == {
+        "torch": {"pinned": "2.8.0+cu128", "found": "2.11.0"}}
+    with pytest.raises(bench_env.BenchSetupError, match="not applied"):
+        bench_env.require_applied({"phase": "not applied", "series_sha256": "ab", "patches": []})
+    with pytest.raises(bench_env.BenchSetupError, match="0001"):
+        bench_env.require_applied({"phase": "applied", "series_sha256": "ab",
+                                   "patches": [{"name": "0001", "status": "edited"}]})
+    assert bench_env.require_applied({"phase": "applied", "series_sha256": "ab",
+                                      "patches": [{"name": "0001", "status": "applied"}]}) == "ab"
+
+
+def test_matrix_alternates_configurations_and_reverses_odd_rounds() -> None:
+    import bench_matrix
+
+    specs = bench_matrix.plan(["a", "b", "c"], [2, 8], repeats=2)
+    assert [(s.config, s.updates_per_step) for s in specs] == [
+        ("a", 2), ("b", 2), ("c", 2), ("a", 8), ("b", 8), ("c", 8),
+        ("c", 2), ("b", 2), ("a", 2), ("c", 8), ("b", 8), ("a", 8),
+    ]
