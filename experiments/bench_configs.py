@@ -20,7 +20,7 @@ LearnerSource = Literal["overlay", "baseline", "installed"]
 #: The patched config's switch for the whole-iteration graph. The configuration is
 #: run only when the UniLab tree's flashsac config.yaml carries this key, i.e. once
 #: the learner patch that implements it is in the series.
-ITERATION_GRAPH_KEY = "algo.algo_params.use_cuda_graph_iteration"
+ITERATION_GRAPH_KEY = "algo.algo_params.use_whole_cycle_cuda_graph"
 
 _P = "++algo.algo_params."
 
