@@ -1,0 +1,326 @@
+"""Replay stability of the patched FlashSAC learner's CUDA graph paths (GPU only).
+
+For each graph path (full-objective compile with Inductor's CUDA graphs; full-objective
+compile with the manual CUDA graphs) the patched learner runs ``--iterations``
+consecutive runner iterations (2 critic updates, 1 actor update, 2 target updates, then
+the one deferred-metrics read). Checked at every iteration:
+
+* own-iteration metrics: right after each update the harness takes a device copy of
+  the row that update wrote; the values read at the end of the iteration, after all of
+  the iteration's later replays, must equal the mean of those copies exactly. Every
+  ``DELAYED_READ_EVERY`` iterations the read waits one more iteration, so rows must
+  also survive a whole further iteration of replays. A row that aliased graph-owned
+  memory would come back with a later update's values.
+* tracking: an eager patched learner is loaded with the graph learner's full state
+  before each iteration, both run the iteration on the same batches and random stream
+  (Inductor ``fallback_random``), and their parameters, buffers and metrics must agree
+  within ``PARAM_REL_TOL``/``METRIC_REL_TOL`` (float rounding of one iteration). A
+  free-running comparison over 1000 iterations would measure chaos, not correctness:
+  this learner amplifies last-bit differences (argmin over the critics, BatchNorm).
+  A short learning-rate schedule makes the rate change throughout, so a graph that
+  kept a stale rate would fail here.
+* nothing compiles after the warm-up (dynamo's unique-graph counter does not move) and
+  Inductor records no CUDA graph again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DIMS = {"obs_dim": 24, "critic_obs_dim": 30, "action_dim": 6}
+LEARNER_KWARGS: dict[str, Any] = {
+    "gamma": 0.97,
+    "tau": 0.01,
+    "actor_hidden_dim": 128,
+    "critic_hidden_dim": 256,
+    "num_atoms": 101,
+    "finite_guard": True,
+    "deferred_metrics": True,
+    "learning_rate_init": 1e-4,
+    "learning_rate_peak": 3e-4,
+    "learning_rate_end": 5e-5,
+    "learning_rate_warmup_steps": 200,
+    "learning_rate_decay_steps": 2000,
+}
+PATHS: dict[str, dict[str, Any]] = {
+    "inductor_cudagraphs": {"use_compile": True, "compile_full_objectives": True},
+    "manual_cudagraphs": {
+        "use_compile": True,
+        "compile_full_objectives": True,
+        "use_cuda_graph_critic": True,
+        "use_cuda_graph_actor": True,
+    },
+}
+BATCH_SIZE = 256
+UPDATES_PER_STEP = 2
+POLICY_FREQUENCY = 2
+BATCH_POOL = 16
+DELAYED_READ_EVERY = 50
+METRIC_REL_TOL = 1e-3
+METRIC_ABS_FLOOR = 1e-3
+PARAM_REL_TOL = 1e-3
+
+
+def read_versions() -> dict[str, str]:
+    versions: dict[str, str] = {}
+    for line in (REPO_ROOT / "VERSIONS.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            versions[key] = value
+    return versions
+
+
+def make_batches(torch: Any, device: str) -> list[dict[str, Any]]:
+    generator = torch.Generator().manual_seed(99)
+    batches = []
+    for _ in range(BATCH_POOL * UPDATES_PER_STEP):
+
+        def randn(*shape: int) -> Any:
+            return torch.randn(*shape, generator=generator)
+
+        batch = {
+            "obs": randn(BATCH_SIZE, DIMS["obs_dim"]),
+            "next_obs": randn(BATCH_SIZE, DIMS["obs_dim"]),
+            "actions": torch.tanh(randn(BATCH_SIZE, DIMS["action_dim"])),
+            "rewards": randn(BATCH_SIZE) * 0.5 + 0.2,
+            "dones": (torch.rand(BATCH_SIZE, generator=generator) < 0.05).float(),
+            "truncated": (torch.rand(BATCH_SIZE, generator=generator) < 0.02).float(),
+            "critic": randn(BATCH_SIZE, DIMS["critic_obs_dim"]),
+            "next_critic": randn(BATCH_SIZE, DIMS["critic_obs_dim"]),
+        }
+        batches.append({k: v.to(device) for k, v in batch.items()})
+    return batches
+
+
+def run_updates(learner: Any, batches: list[dict[str, Any]], peeks: list[Any] | None) -> None:
+    """One runner iteration's updates through the runner's entry points.
+
+    With ``peeks``, a device copy of each freshly written metrics row is kept.
+    """
+    buffer = learner._metrics_buffer
+    for update_idx, batch in enumerate(batches):
+        if learner.use_cuda_graph_critic:
+            learner.update_critic_cuda_graph(batch, read_metrics=False)
+        else:
+            learner.update_critic(batch)
+        if peeks is not None:
+            peeks.append(("critic", buffer.pending("critic")[-1:]))
+        if update_idx % POLICY_FREQUENCY == 0:
+            if learner.use_cuda_graph_actor:
+                learner.update_actor_cuda_graph(batch, read_metrics=False)
+            else:
+                learner.update_actor(batch)
+            if peeks is not None:
+                peeks.append(("actor", buffer.pending("actor")[-1:]))
+        learner.soft_update_target()
+
+
+def expected_from_peeks(learner: Any, peeks: list[Any]) -> dict[str, float]:
+    """The iteration means recomputed from the rows copied right after each update."""
+    names = learner._metric_names
+    rows: dict[str, list[list[float]]] = {"critic": [], "actor": []}
+    for group, row in peeks:
+        rows[group].append(row[0].tolist())
+    expected: dict[str, float] = {}
+    for group, group_rows in rows.items():
+        for index, name in enumerate(names[group]):
+            if group_rows:
+                expected[name] = statistics.mean(r[index] for r in group_rows)
+    return expected
+
+
+def state_drift(torch: Any, reference: Any, candidate: Any) -> tuple[float, str]:
+    """Worst per-tensor relative L2 difference over modules and optimizer moments."""
+    keys: list[str] = []
+    ref: list[Any] = []
+    cand: list[Any] = []
+    for module in ("actor", "critic", "target_critic", "temperature"):
+        ref_state = getattr(reference, module).state_dict()
+        cand_state = getattr(candidate, module).state_dict()
+        for key, value in ref_state.items():
+            if value.is_floating_point():
+                keys.append(f"{module}.{key}")
+                ref.append(value.float())
+                cand.append(cand_state[key].float())
+    for name in ("actor_optimizer", "critic_optimizer", "temperature_optimizer"):
+        ref_opt, cand_opt = getattr(reference, name), getattr(candidate, name)
+        for index, (p_ref, p_cand) in enumerate(
+            zip(ref_opt.param_groups[0]["params"], cand_opt.param_groups[0]["params"], strict=True)
+        ):
+            for moment in ("exp_avg", "exp_avg_sq"):
+                keys.append(f"{name}.{index}.{moment}")
+                ref.append(ref_opt.state[p_ref][moment].float())
+                cand.append(cand_opt.state[p_cand][moment].float())
+    diff_norms = torch.stack(torch._foreach_norm(torch._foreach_sub(ref, cand)))
+    ref_norms = torch.stack(torch._foreach_norm(ref))
+    rel = torch.where(ref_norms > 0, diff_norms / ref_norms.clamp_min(1e-30), diff_norms)
+    rel = torch.nan_to_num(rel, nan=float("inf"))
+    worst = int(rel.argmax())
+    return float(rel[worst]), keys[worst]
+
+
+def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dict[str, Any]:
+    from torch._dynamo.utils import counters
+
+    def build(**switches: Any) -> Any:
+        torch.manual_seed(11)
+        torch.cuda.manual_seed_all(11)
+        kwargs = dict(LEARNER_KWARGS, **DIMS, **switches)
+        return learner_module.FlashSACLearner(device="cuda", **kwargs)
+
+    learner = build(**PATHS[name])
+    reference = build()
+    batches = make_batches(torch, "cuda")
+    dry = {k: torch.zeros_like(v) for k, v in batches[0].items()}
+    warm_start = time.perf_counter()
+    learner.warm_up(dry, inference_obs=dry["obs"])
+    warm_up_seconds = time.perf_counter() - warm_start
+    graphs_after_warm_up = int(counters["stats"]["unique_graphs"])
+    inductor_after_warm_up = dict(counters["inductor"])
+
+    reward_generator = torch.Generator(device="cuda").manual_seed(5)
+    own_iteration_failures: list[str] = []
+    tracking_failures: list[str] = []
+    worst_metric = (0.0, "")
+    worst_state = (0.0, "")
+    delayed_reads = 0
+    iteration_ms: list[float] = []
+    lrs: list[float] = []
+    iteration = 0
+    while iteration < iterations:
+        span = 2 if iteration % DELAYED_READ_EVERY == DELAYED_READ_EVERY - 2 else 1
+        span = min(span, iterations - iteration)
+        peeks: list[Any] = []
+        reference_metrics: list[dict[str, float]] = []
+        for offset in range(span):
+            slot = (iteration + offset) % BATCH_POOL
+            chunk = batches[slot * UPDATES_PER_STEP : (slot + 1) * UPDATES_PER_STEP]
+            rewards = torch.randn(2, 64, device="cuda", generator=reward_generator)
+            dones = (torch.rand(2, 64, device="cuda", generator=reward_generator) < 0.05).float()
+            reference.load_state_dict(copy.deepcopy(learner.get_state_dict()))
+            for model in (learner, reference):
+                model.update_reward_stats(rewards, dones)
+            rng_state = (torch.random.get_rng_state(), torch.cuda.get_rng_state())
+            start = time.perf_counter()
+            run_updates(learner, chunk, peeks)
+            torch.cuda.synchronize()
+            iteration_ms.append((time.perf_counter() - start) * 1e3)
+            torch.random.set_rng_state(rng_state[0])
+            torch.cuda.set_rng_state(rng_state[1])
+            run_updates(reference, chunk, None)
+            reference_metrics.append(reference.read_deferred_metrics())
+            drift, entry = state_drift(torch, reference, learner)
+            if drift > worst_state[0] or not math.isfinite(drift):
+                worst_state = (drift, f"iter {iteration + offset} {entry}")
+            if not drift <= PARAM_REL_TOL:
+                tracking_failures.append(f"iter {iteration + offset} {entry}: {drift:.3g}")
+            lrs.append(float(learner.critic_optimizer.param_groups[0]["lr"]))
+        got = learner.read_deferred_metrics()
+        expected = expected_from_peeks(learner, peeks)
+        if got != expected:
+            own_iteration_failures.append(f"iter {iteration}: read {got} vs rows {expected}")
+        if span == 1:
+            for key, value in reference_metrics[0].items():
+                rel = abs(value - got[key]) / max(abs(value), METRIC_ABS_FLOOR)
+                if rel > worst_metric[0] or not math.isfinite(rel):
+                    worst_metric = (rel, f"iter {iteration} {key}")
+                if not rel <= METRIC_REL_TOL:
+                    tracking_failures.append(f"iter {iteration} {key}: {got[key]} vs {value}")
+        delayed_reads += span == 2
+        iteration += span
+
+    graphs_compiled_after_warm_up = int(counters["stats"]["unique_graphs"]) - graphs_after_warm_up
+    inductor_delta = {
+        key: value - inductor_after_warm_up.get(key, 0)
+        for key, value in counters["inductor"].items()
+        if value != inductor_after_warm_up.get(key, 0)
+    }
+    rerecorded = sum(v for k, v in inductor_delta.items() if "cudagraph" in k and "record" in k)
+    return {
+        "passed": bool(
+            not own_iteration_failures
+            and not tracking_failures
+            and graphs_compiled_after_warm_up == 0
+            and rerecorded == 0
+        ),
+        "iterations": iterations,
+        "delayed_reads": delayed_reads,
+        "own_iteration_metric_mismatches": own_iteration_failures[:10],
+        "own_iteration_metric_mismatch_count": len(own_iteration_failures),
+        "tracking_failures": tracking_failures[:20],
+        "tracking_failure_count": len(tracking_failures),
+        "param_rel_tol": PARAM_REL_TOL,
+        "worst_state_relative_difference": worst_state[0],
+        "worst_state_entry": worst_state[1],
+        "metric_rel_tol": METRIC_REL_TOL,
+        "worst_metric_relative_difference": worst_metric[0],
+        "worst_metric_entry": worst_metric[1],
+        "critic_lr_first_last": [lrs[0], lrs[-1]],
+        "warm_up_seconds": warm_up_seconds,
+        "median_iteration_ms_graph_path_with_peeks": statistics.median(iteration_ms),
+        "graphs_compiled_after_warm_up": graphs_compiled_after_warm_up,
+        "inductor_counter_changes_after_warm_up": inductor_delta,
+        "cudagraph_rerecords_after_warm_up": rerecorded,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--patched-root", type=Path, required=True)
+    parser.add_argument("--iterations", type=int, default=1000)
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(args.patched_root.resolve()))
+    import torch
+    import torch._inductor.config as inductor_config
+    from uni_rl.algos.flash_sac import learner as learner_module
+
+    if args.patched_root.resolve() not in Path(learner_module.__file__).resolve().parents:
+        raise RuntimeError(f"uni_rl imported from {learner_module.__file__}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("validate_replay_stability.py needs a CUDA device")
+    inductor_config.fallback_random = True
+
+    versions = read_versions()
+    started = time.perf_counter()
+    paths = {name: run_path(torch, learner_module, name, args.iterations) for name in PATHS}
+    device = torch.cuda.get_device_name(0)
+    report = {
+        "passed": all(item["passed"] for item in paths.values()),
+        "device": device,
+        "machine": {"platform": platform.platform()},
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "pinned": {k: versions.get(k) for k in ("TORCH_VERSION", "UNILAB_RL_BASE_VERSION")},
+        "drift": {
+            "torch": None
+            if torch.__version__ == versions.get("TORCH_VERSION")
+            else f"pinned {versions.get('TORCH_VERSION')}, ran {torch.__version__}",
+            "device": None
+            if device == versions.get("REFERENCE_GPU")
+            else f"reference {versions.get('REFERENCE_GPU')}, ran {device}",
+        },
+        "patched_root": str(args.patched_root),
+        "seconds": round(time.perf_counter() - started, 1),
+        "paths": paths,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(json.dumps({"passed": report["passed"], "output": str(args.output)}))
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,412 @@
+"""CPU tests of the uni_rl learner patches of the series (patches/uni_rl/*.patch).
+
+Everything that imports ``uni_rl`` runs in a subprocess with the patched (or pristine)
+root first on ``sys.path``: the test process itself may hold the installed unilab-rl
+1.4.0, and one interpreter must never mix two ``uni_rl`` versions. Each snippet prints
+one JSON object that the test asserts on.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+SWITCHES = ("compile_full_objectives", "finite_guard", "deferred_metrics")
+
+# A small learner and batch factory shared by the snippets.
+PRELUDE = """
+import json, sys
+import torch
+from uni_rl.algos.flash_sac.learner import FlashSACLearner
+
+def learner(**switches):
+    torch.manual_seed(0)
+    return FlashSACLearner(obs_dim=12, action_dim=4, critic_obs_dim=16, actor_hidden_dim=32,
+                           critic_hidden_dim=64, **switches)
+
+def batch(seed, size=32):
+    g = torch.Generator().manual_seed(seed)
+    return {"obs": torch.randn(size, 12, generator=g), "next_obs": torch.randn(size, 12, generator=g),
+            "actions": torch.rand(size, 4, generator=g) * 2 - 1, "rewards": torch.randn(size, generator=g),
+            "dones": torch.zeros(size), "truncated": torch.zeros(size),
+            "critic": torch.randn(size, 16, generator=g), "next_critic": torch.randn(size, 16, generator=g)}
+
+def state(l):
+    out = {}
+    for name in ("actor", "critic", "target_critic", "temperature"):
+        for k, v in getattr(l, name).state_dict().items():
+            out[f"{name}.{k}"] = v.detach().clone()
+    for name in ("actor_optimizer", "critic_optimizer", "temperature_optimizer"):
+        for i, s in getattr(l, name).state_dict()["state"].items():
+            for k, v in s.items():
+                out[f"{name}.{i}.{k}"] = v.detach().clone()
+    return out
+
+def same(a, b, prefixes):
+    keys = [k for k in a if k.startswith(prefixes)]
+    return bool(keys) and all(torch.equal(a[k], b[k]) for k in keys)
+"""
+
+
+def run_snippet(root: Path, body: str) -> Any:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root)
+    code = PRELUDE + "\nassert str(__import__('uni_rl').__file__).startswith(sys.argv[1])\n"
+    code += textwrap.dedent(body)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_series_patches_the_learner_files(
+    pristine_uni_rl_root: Path, patched_uni_rl_root: Path
+) -> None:
+    pristine = pristine_uni_rl_root / "uni_rl"
+    patched = patched_uni_rl_root / "uni_rl"
+    assert not (pristine / "algos/common/deferred_metrics.py").exists()
+    assert (patched / "algos/common/deferred_metrics.py").is_file()
+    for rel in (
+        "algos/flash_sac/learner.py",
+        "algos/flash_sac/update.py",
+        "algos/flash_sac/double_buffer.py",
+        "algos/common/normalization.py",
+        "offpolicy/double_buffer_runner.py",
+        "ipc/replay_pipelines/gpu_resident.py",
+    ):
+        assert (pristine / rel).read_bytes() != (patched / rel).read_bytes(), rel
+
+
+def test_numerics_cpu_mode_passes(
+    pristine_uni_rl_root: Path, patched_uni_rl_root: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "numerics.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(PROJECT / "experiments" / "validate_numerics.py"),
+            "--baseline-root",
+            str(pristine_uni_rl_root),
+            "--patched-root",
+            str(patched_uni_rl_root),
+            "--mode",
+            "cpu",
+            "--output",
+            str(output),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(output.read_text())
+    assert report["passed"] is True
+    checks = report["checks"]
+    assert checks["critic_updates"] >= 20 and checks["actor_updates"] >= 10
+    for name in (
+        "eager_switches_off_vs_baseline",
+        "eager_warm_up_guard_deferred_vs_baseline",
+        "frozen_critic_actor_update",
+        "finite_guard_injection",
+    ):
+        assert checks[name]["passed"] is True, name
+    assert checks["eager_switches_off_vs_baseline"]["state"]["max_abs_diff"] == 0.0
+    # The unguarded baseline is really damaged by the same injection: the check can fail.
+    assert checks["finite_guard_injection"]["unguarded_baseline_final_parameters_finite"] is False
+    assert report["drift"]["torch"] is None or "ran" in report["drift"]["torch"]
+
+
+def test_actor_update_leaves_critic_grads_none(
+    pristine_uni_rl_root: Path, patched_uni_rl_root: Path
+) -> None:
+    body = """
+    l = learner()
+    b = batch(1)
+    l.update_critic(b)
+    for p in l.critic.parameters():
+        p.grad = None
+    calls = [0]
+    original = torch.Tensor.requires_grad_
+    def counting(self, requires_grad=True):
+        calls[0] += 1
+        return original(self, requires_grad)
+    torch.Tensor.requires_grad_ = counting
+    try:
+        l.update_actor(b)
+    finally:
+        torch.Tensor.requires_grad_ = original
+    print(json.dumps({
+        "critic_grads_none": all(p.grad is None for p in l.critic.parameters()),
+        "critic_requires_grad": all(p.requires_grad for p in l.critic.parameters()),
+        "actor_grads": all(p.grad is not None for p in l.actor.parameters()),
+        "toggles": calls[0],
+    }))
+    """
+    patched = run_snippet(patched_uni_rl_root, body)
+    assert patched == {
+        "critic_grads_none": True,
+        "critic_requires_grad": True,
+        "actor_grads": True,
+        "toggles": 0,
+    }
+    # 1.3.2 toggled requires_grad on every critic parameter twice per actor update.
+    assert run_snippet(pristine_uni_rl_root, body)["toggles"] > 0
+
+
+def test_objectives_trace_to_one_graph_each(patched_uni_rl_root: Path) -> None:
+    result = run_snippet(
+        patched_uni_rl_root,
+        """
+        l = learner(finite_guard=True, deferred_metrics=True)
+        b = batch(2)
+        c, a = l._critic_inputs(b), l._actor_inputs(b)
+        out = {}
+        for name, fn, args in (
+            ("critic", l._critic_objective_eager, [c[k] for k in ("actions", "rewards", "next_obs",
+             "dones", "truncated", "critic", "next_critic")]),
+            ("actor", l._actor_objective_eager, [a[k] for k in ("obs", "next_obs", "actions", "critic")]),
+        ):
+            e = torch._dynamo.explain(fn)(*args)
+            out[name] = [e.graph_count, e.graph_break_count]
+        print(json.dumps(out))
+        """,
+    )
+    assert result == {"critic": [1, 0], "actor": [1, 0]}
+
+
+def test_metrics_buffer_semantics(patched_uni_rl_root: Path) -> None:
+    result = run_snippet(
+        patched_uni_rl_root,
+        """
+        import statistics
+        from uni_rl.algos.common.deferred_metrics import DeferredMetricsBuffer
+        buf = DeferredMetricsBuffer({"critic": ("loss", "std"), "actor": ("a",)}, "cpu", capacity=2)
+        empty = buf.read()
+        source = torch.tensor(1.5)
+        values = [[0.1, 2.0], [0.7, 3.0], [0.3, 5.0]]  # three rows: more than the capacity
+        for loss, std in values:
+            source.fill_(loss)
+            buf.record("critic", [source, torch.tensor([std])])
+        source.fill_(99.0)  # rows are copies: later writes to a source do not reach them
+        buf.record("actor", [torch.tensor(4.0, requires_grad=True) * 1])
+        pending = buf.pending("critic").tolist()
+        first = buf.read()
+        second = buf.read()
+        try:
+            buf.record("actor", [torch.tensor(1.0), torch.tensor(2.0)])
+            arity = "accepted"
+        except ValueError:
+            arity = "rejected"
+        expected = {
+            "loss": statistics.mean(float(torch.tensor(v[0])) for v in values),
+            "std": statistics.mean(v[1] for v in values),
+            "a": 4.0,
+        }
+        print(json.dumps({"empty": empty, "first": first, "expected": expected, "second": second,
+                          "capacity": buf.capacity, "pending_rows": len(pending), "arity": arity}))
+        """,
+    )
+    assert result["empty"] == {}
+    assert result["first"] == result["expected"]  # exact: the runner's statistics.mean
+    assert result["second"] == {}  # a read consumes the rows
+    assert result["capacity"] >= 3 and result["pending_rows"] == 3
+    assert result["arity"] == "rejected"
+
+
+def test_deferred_learner_metrics_equal_per_update_metrics(patched_uni_rl_root: Path) -> None:
+    result = run_snippet(
+        patched_uni_rl_root,
+        """
+        import statistics
+        from collections import defaultdict
+        runs = {}
+        for deferred in (False, True):
+            l = learner(finite_guard=True, deferred_metrics=deferred)
+            collected = defaultdict(list)
+            for i in range(3):
+                b = batch(10 + i)
+                returned = [l.update_critic(b)]
+                if i % 2 == 0:
+                    returned.append(l.update_actor(b))
+                l.soft_update_target()
+                for metrics in returned:
+                    for k, v in metrics.items():
+                        collected[k].append(v)
+            if deferred:
+                assert not collected, collected  # nothing read per update
+                runs["deferred"] = l.read_deferred_metrics()
+            else:
+                runs["immediate"] = {k: statistics.mean(v) for k, v in collected.items()}
+        print(json.dumps(runs))
+        """,
+    )
+    assert result["deferred"] == result["immediate"]
+    assert result["deferred"]["critic_skip_rate"] == 0.0
+
+
+def test_finite_guard_skip_leaves_parameters_unchanged(patched_uni_rl_root: Path) -> None:
+    result = run_snippet(
+        patched_uni_rl_root,
+        """
+        l = learner(finite_guard=True, deferred_metrics=True)
+        l.update_critic(batch(1)); l.update_actor(batch(1)); l.soft_update_target()
+        l.read_deferred_metrics()
+        before = state(l)
+        poisoned = batch(2)
+        poisoned["rewards"][::5] = float("nan")
+        poisoned["rewards"][1] = float("inf")
+        l.update_critic(poisoned)
+        l.soft_update_target()
+        bad_critic = l.read_deferred_metrics()
+        after_critic = state(l)
+        poisoned = batch(3)
+        poisoned["critic"][0, 0] = float("nan")
+        l.update_actor(poisoned)
+        bad_actor = l.read_deferred_metrics()
+        after_actor = state(l)
+        l.update_critic(batch(4)); l.update_actor(batch(4)); l.soft_update_target()
+        recovered = state(l)
+        weights = ("critic.", "target_critic.", "critic_optimizer.")
+        def params_only(s):  # BatchNorm running statistics are forward-time state
+            return {k: v for k, v in s.items() if "running" not in k}
+        print(json.dumps({
+            "critic_unchanged": same(params_only(before), params_only(after_critic), weights),
+            "critic_skip_rate": bad_critic["critic_skip_rate"],
+            "actor_unchanged": same(params_only(after_critic), params_only(after_actor),
+                                    ("actor.", "actor_optimizer.")),
+            "actor_skip_rate": bad_actor["actor_skip_rate"],
+            "temperature_skip_rate": bad_actor["temperature_skip_rate"],
+            "finite_steps_move_again": not same(after_actor, recovered, ("critic.", "actor.")),
+            "all_finite": all(bool(torch.isfinite(v).all()) for v in recovered.values()
+                              if v.is_floating_point()),
+        }))
+        """,
+    )
+    assert result == {
+        "critic_unchanged": True,
+        "critic_skip_rate": 1.0,
+        "actor_unchanged": True,
+        "actor_skip_rate": 1.0,
+        "temperature_skip_rate": 0.0,
+        "finite_steps_move_again": True,
+        "all_finite": True,
+    }
+
+
+def test_warm_up_restores_every_piece_of_state(patched_uni_rl_root: Path) -> None:
+    result = run_snippet(
+        patched_uni_rl_root,
+        """
+        l = learner(finite_guard=True, deferred_metrics=True)
+        l.update_reward_stats(torch.randn(2, 8), torch.zeros(2, 8))
+        l.update_critic(batch(1)); l.update_actor(batch(1)); l.soft_update_target()
+        l.read_deferred_metrics()
+        before = state(l)
+        rms = [t.clone() for t in (l.reward_normalizer.rms.var, l.reward_normalizer.g_r)]
+        lrs = [g["lr"] for o in (l.actor_optimizer, l.critic_optimizer) for g in o.param_groups]
+        epochs = [s.last_epoch for s in (l.actor_scheduler, l.critic_scheduler)]
+        rng = torch.random.get_rng_state()
+        dry = {k: torch.zeros_like(v) for k, v in batch(0).items()}
+        l.warm_up(dry, inference_obs=dry["obs"])
+        after = state(l)
+        print(json.dumps({
+            "state": sorted(before) == sorted(after) and all(torch.equal(before[k], after[k]) for k in before),
+            "normalizer": all(torch.equal(a, b) for a, b in zip(rms, (l.reward_normalizer.rms.var, l.reward_normalizer.g_r))),
+            "lrs": lrs == [g["lr"] for o in (l.actor_optimizer, l.critic_optimizer) for g in o.param_groups],
+            "schedulers": epochs == [s.last_epoch for s in (l.actor_scheduler, l.critic_scheduler)],
+            "rng": torch.equal(rng, torch.random.get_rng_state()),
+            "metrics": l.read_deferred_metrics(),
+        }))
+        """,
+    )
+    assert result == {
+        "state": True,
+        "normalizer": True,
+        "lrs": True,
+        "schedulers": True,
+        "rng": True,
+        "metrics": {},
+    }
+
+
+def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> None:
+    from hydra import compose, initialize_config_dir
+
+    conf = patched_unilab_root / "src" / "unilab" / "conf" / "flashsac"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        params = compose("config").algo.algo_params
+        assert params.use_compile is True
+        assert params.compile_full_objectives is True
+        assert params.finite_guard is True
+        assert params.deferred_metrics is True
+        assert params.use_cuda_graph_critic is False and params.use_cuda_graph_actor is False
+        # The four configurations of the original report, from the command line alone.
+        selections = {
+            "eager": ["algo.algo_params.use_compile=false"],
+            "loss_only_compile": ["algo.algo_params.compile_full_objectives=false"],
+            "full_objective_compile": [],
+            "full_objective_compile_manual_graphs": [
+                "algo.algo_params.use_cuda_graph_critic=true",
+                "algo.algo_params.use_cuda_graph_actor=true",
+            ],
+        }
+        chosen = {}
+        for name, overrides in selections.items():
+            p = compose("config", overrides=overrides).algo.algo_params
+            chosen[name] = (
+                p.use_compile,
+                p.compile_full_objectives,
+                p.use_cuda_graph_critic and p.use_cuda_graph_actor,
+            )
+    assert chosen == {
+        "eager": (False, True, False),
+        "loss_only_compile": (True, False, False),
+        "full_objective_compile": (True, True, False),
+        "full_objective_compile_manual_graphs": (True, True, True),
+    }
+
+
+def test_builder_reads_switches_with_1_3_2_defaults(patched_uni_rl_root: Path) -> None:
+    """A config without the keys must still build: each key is read with .get(key, False)."""
+    source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
+    reads = {}
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and len(node.args) == 2
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            reads[node.args[0].value] = ast.literal_eval(node.args[1])
+    assert {key: reads.get(key) for key in SWITCHES} == dict.fromkeys(SWITCHES, False)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_switch_is_a_learner_argument_defaulting_off(patched_uni_rl_root: Path, switch: str) -> None:
+    result = run_snippet(
+        patched_uni_rl_root,
+        f"""
+        import inspect
+        param = inspect.signature(FlashSACLearner.__init__).parameters[{switch!r}]
+        print(json.dumps({{"default": param.default, "set": getattr(learner(**{{{switch!r}: True}}), {switch!r})}}))
+        """,
+    )
+    # compile_full_objectives needs use_compile and CUDA Inductor: on CPU it stays off.
+    assert result == {"default": False, "set": switch != "compile_full_objectives"}
