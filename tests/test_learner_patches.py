@@ -410,3 +410,98 @@ def test_switch_is_a_learner_argument_defaulting_off(patched_uni_rl_root: Path, 
     )
     # compile_full_objectives needs use_compile and CUDA Inductor: on CPU it stays off.
     assert result == {"default": False, "set": switch != "compile_full_objectives"}
+
+
+def _validate_numerics_module() -> Any:
+    """experiments/validate_numerics.py as a module: its workers and gates, not copies.
+
+    Importing it is safe here: it imports ``uni_rl`` only inside its worker
+    subprocesses, each with its own root first on ``sys.path``.
+    """
+    import importlib.util
+
+    path = PROJECT / "experiments" / "validate_numerics.py"
+    spec = importlib.util.spec_from_file_location("validate_numerics_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_full_objective_compile_matches_eager_on_cpu(
+    pristine_uni_rl_root: Path, patched_uni_rl_root: Path, tmp_path: Path
+) -> None:
+    """The compiled whole objectives against eager, on CPU, under GPU mode's own gates.
+
+    Inductor's C++ backend compiles the same objectives the CUDA path compiles (the
+    worker lifts only the learner's CUDA-only compile gate), so the first update's
+    losses, gradients and BatchNorm statistics, and the drift after two iterations,
+    are checked by ``compare_configurations`` exactly as on the H200. A negative
+    control shows the first-update gate fails on a real difference: rewards of the
+    first batch scaled by 1.001 move the critic's loss and gradients far beyond
+    rounding, while the actor's first update (which never reads rewards) still passes.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    vn = _validate_numerics_module()
+    iterations, updates_per_step = 2, 2
+    data = tmp_path / "data.pt"
+    vn.make_data(data, iterations, updates_per_step, batch_size=64)
+    common = {
+        "device": "cpu",
+        "seed": 7,
+        "updates_per_step": updates_per_step,
+        "policy_frequency": 2,
+        "fallback_random": True,
+        "compile_on_cpu": True,
+        "warm_up": True,
+        "snapshot_at": [vn.FIRST_CRITIC_SNAPSHOT, vn.TIER_A_SNAPSHOT],
+    }
+    guard = {"finite_guard": True, "deferred_metrics": True}
+    full = {"use_compile": True, "compile_full_objectives": True, **guard}
+    probe = dict(common, first_update_probe=True)
+    jobs: dict[str, tuple[Path, Path, dict[str, Any]]] = {
+        "patched/fp32/eager": (patched_uni_rl_root, data, dict(probe, learner=guard)),
+        "patched/fp32/full_objective_compile": (patched_uni_rl_root, data, dict(probe, learner=full)),
+        "patched/fp32/eager_one_ulp": (
+            patched_uni_rl_root, data, dict(common, learner=guard, one_ulp_rewards=True)
+        ),
+        "baseline/fp32/eager": (pristine_uni_rl_root, data, dict(common, warm_up=False)),
+    }
+    # Negative control input: the first batch's rewards scaled by 1.001.
+    loaded = torch.load(data, weights_only=True)
+    loaded["batches"][0]["rewards"] = loaded["batches"][0]["rewards"] * 1.001
+    other = tmp_path / "other.pt"
+    torch.save(loaded, other)
+    jobs["changed"] = (patched_uni_rl_root, other, dict(probe, learner=guard))
+
+    def run(key: str) -> tuple[str, Any]:
+        root, path, config = jobs[key]
+        return key, vn.run_worker(root, path, config, tmp_path, key.replace("/", "_"))
+
+    # Two cores: the compiling worker on one, the four eager ones on the other.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = "patched/fp32/full_objective_compile"
+        results = dict(pool.map(run, [first, *(key for key in jobs if key != first)]))
+    changed = results.pop("changed")
+    compiled = results["patched/fp32/full_objective_compile"]
+    # Really compiled (critic and actor objectives at least), all during the warm-up.
+    assert compiled["graphs_compiled_total"] >= 2
+    assert compiled["graphs_compiled_after_warm_up"] == 0
+
+    checks = vn.compare_configurations(results, iterations)
+    check = checks["fp32:full_objective_compile_vs_eager"]
+    assert check["passed"] is True, json.dumps(check, default=str)[:3000]
+    assert checks["fp32:patched_eager_vs_baseline_eager"]["passed"] is True
+    # Not bitwise: the compiled objective reorders reductions, and the gate absorbs that.
+    assert check["first_update"]["worst_by_kind"]["gradient"]["difference"] > 0.0
+
+    # Negative control: the same gate on a genuinely different first batch.
+    reference = results["patched/fp32/eager"]["first_update"]
+    critic = vn.compare_first_update(reference, changed["first_update"], phases=("critic",))
+    actor = vn.compare_first_update(reference, changed["first_update"], phases=("actor",))
+    assert critic["passed"] is False
+    assert any("/loss/critic_loss" in failure for failure in critic["failures"])
+    assert actor["passed"] is True
