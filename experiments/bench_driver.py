@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import datetime
 import getpass
-import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,11 @@ from typing import Any
 
 import bench_env
 from bench_env import BenchSetupError
+
+sys.path.insert(0, str(bench_env.PROJECT_DIR / "scripts"))
+from patchset.errors import PatchsetError  # noqa: E402
+from patchset.fetch import pinned_artifact  # noqa: E402
+from patchset.trees import extract_wheel_package  # noqa: E402
 
 SINGLE_RUN = bench_env.EXPERIMENTS_DIR / "benchmark_flashsac_training.py"
 BASELINE_DIR = bench_env.PROJECT_DIR / "work" / "bench" / "unilab-rl-1.3.2"
@@ -47,49 +51,28 @@ def results_dir(root: Path, machine: str, suffix: str = "") -> Path:
     return candidate
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def find_base_wheel(explicit: Path | None, pins: dict[str, str]) -> Path:
-    """The pinned unilab-rl 1.3.2 wheel: given, or where the applier/fetch scripts leave it."""
-    name = pins.get("UNILAB_RL_BASE_WHEEL", "unilab_rl-1.3.2-py3-none-any.whl")
-    if explicit is not None:
-        return explicit
-    for folder in (bench_env.PROJECT_DIR / ".cache", bench_env.PROJECT_DIR / "work", bench_env.PROJECT_DIR / ".whl"):
-        hits = sorted(folder.rglob(name)) if folder.is_dir() else []
-        if hits:
-            return hits[0]
-    raise BenchSetupError(f"{name} not found under .cache/, work/ or .whl/: pass --baseline-wheel or --baseline-uni-rl")
-
-
 def prepare_baseline(explicit_dir: Path | None, wheel: Path | None) -> Path:
-    """A folder whose ``uni_rl/`` is the pristine 1.3.2 package (sha256-checked wheel, extracted once).
+    """A folder whose ``uni_rl/`` is the pristine 1.3.2 package, extracted once from the verified wheel.
 
-    Extracted under the git-ignored work/ so that no uni_rl source is ever committed.
+    The wheel comes through the applier's own chain (given path, else cache, else download; sha256 always
+    checked against VERSIONS.env). Extracted under the git-ignored work/ so that no uni_rl source is committed.
     """
     if explicit_dir is not None:
         if not (explicit_dir / "uni_rl" / "__init__.py").is_file():
             raise BenchSetupError(f"--baseline-uni-rl {explicit_dir} holds no uni_rl/ package")
         return explicit_dir.resolve()
     pins = bench_env.read_versions_env()
-    wheel = find_base_wheel(wheel, pins)
-    want = pins.get("UNILAB_RL_BASE_WHEEL_SHA256")
-    have = _sha256(wheel)
-    if want and have != want:
-        raise BenchSetupError(f"{wheel} has sha256 {have}, VERSIONS.env pins {want}")
     stamp = BASELINE_DIR / ".wheel-sha256"
-    if stamp.is_file() and stamp.read_text().strip() == have and (BASELINE_DIR / "uni_rl").is_dir():
-        return BASELINE_DIR
-    BASELINE_DIR.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as archive:
-        members = [m for m in archive.namelist() if m.startswith("uni_rl/")]
-        archive.extractall(BASELINE_DIR, members)
-    stamp.write_text(have + "\n")
+    want = pins["UNILAB_RL_BASE_WHEEL_SHA256"]
+    if stamp.is_file() and stamp.read_text().strip() == want and (BASELINE_DIR / "uni_rl").is_dir():
+        return BASELINE_DIR  # extracted earlier from the verified wheel (also what an offline GPU machine uses)
+    try:
+        verified = pinned_artifact(pins["UNILAB_RL_BASE_WHEEL"], want, wheel)
+    except PatchsetError as exc:
+        raise BenchSetupError(f"{exc} (or pass --baseline-uni-rl)") from exc
+    shutil.rmtree(BASELINE_DIR / "uni_rl", ignore_errors=True)
+    extract_wheel_package(verified, "uni_rl", BASELINE_DIR)
+    stamp.write_text(want + "\n")
     return BASELINE_DIR
 
 

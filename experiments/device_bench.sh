@@ -4,9 +4,8 @@
 # seeds the G1 assets from .assets/, and writes results straight under $OUT/results (so a run cut off by
 # the device's time limit still brings back every finished run).
 # Prepare here: `make apply`; the wheel set into .whl/; the G1 assets .tar.xz into .assets/; the pristine
-# baseline learner: PYTHONPATH=scripts .venv/bin/python -c "from pathlib import Path; from patchset.trees
-#   import extract_wheel_package as x; x(Path('.cache/downloads/unilab_rl-1.3.2-py3-none-any.whl'), 'uni_rl',
-#   Path('work/bench/unilab-rl-1.3.2'))"
+# baseline learner into work/bench/ (.venv/bin/python -c "import sys; sys.path.insert(0, 'experiments');
+# import bench_driver; bench_driver.prepare_baseline(None, None)").
 # Carry: .whl .assets overlay/uni_rl overlay/MANIFEST.json work
 # Usage (on the device, from the repo root): experiments/device_bench.sh [make target] [VAR=value ...];
 # extra bench_matrix options go in the environment variable BENCH_ARGS.
@@ -18,4 +17,4 @@ results=${OUT:-$PWD}/results
 mkdir -p "$results"
 exec make "$target" PYTHON=python3 UNILAB="$PWD/work/unilab-1.3.2" \
   UNILAB_ASSETS="$PWD/.assets/unilab-1.3.2-g1-assets.tar.xz" \
-  BENCH_ARGS="--live-panel never --baseline-uni-rl $PWD/work/bench/unilab-rl-1.3.2 --results-root $results ${BENCH_ARGS:-}" "$@"
+  BENCH_ARGS="--live-panel never --results-root $results ${BENCH_ARGS:-}" "$@"
