@@ -17,11 +17,11 @@ CPU mode (what CI runs):
     counted in the metrics; the baseline run with the same injection shows the damage.
 
 GPU mode: every configuration (eager, loss-only compile, full-objective compile,
-full-objective compile + manual CUDA graphs) of the patched learner against patched
-eager, fp32 and bf16 autocast: the first update's losses, gradients and BatchNorm
-statistics, and the drift after 12 iterations relative to the measured drift of a
-one-ulp change (tolerances and their grounds: see the constants below); the patched
-eager learner's first critic update against the baseline's; graph breaks and
+full-objective compile + manual CUDA graphs, whole-iteration CUDA graph) of the patched
+learner against patched eager, fp32 and bf16 autocast: the first update's losses,
+gradients and BatchNorm statistics, and the drift after 12 iterations relative to the
+measured drift of a one-ulp change (tolerances and their grounds: see the constants
+below); the patched eager learner's first critic update against the baseline's; graph breaks and
 recompiles of the compiled objectives; a host-sync audit and a kernel-launch count of
 one update cycle per configuration.
 
@@ -165,6 +165,35 @@ def _state_of(learner: Any) -> dict[str, Any]:
     return clone(state)
 
 
+def _whole_cycle(learner: Any) -> bool:
+    """Whether the learner runs each iteration as one CUDA graph replay (patch 0007)."""
+    return bool(getattr(learner, "use_whole_cycle_cuda_graph", False))
+
+
+def _iteration_call(
+    learner: Any,
+    batches: list[dict[str, Any]],
+    schedule: Any,
+) -> list[dict[str, float]]:
+    """``batches`` as one iteration through ``update_iteration``, as the runner hands it.
+
+    The batches are concatenated into the runner's one sampled batch; ``schedule`` is a
+    tuple of ``ScheduledUpdate`` (the runner's, or a one-update schedule for a probe).
+    """
+    import torch
+
+    large = {key: torch.cat([batch[key] for batch in batches]) for key in batches[0]}
+    return learner.update_iteration(
+        large, batch_size=int(batches[0]["obs"].shape[0]), schedule=schedule
+    )
+
+
+def _runner_schedule(updates_per_step: int, policy_frequency: int) -> Any:
+    from uni_rl.algos.common.update_schedule import iteration_update_schedule
+
+    return iteration_update_schedule(updates_per_step, policy_frequency)
+
+
 def _run_schedule(
     learner: Any,
     batches: list[dict[str, Any]],
@@ -185,11 +214,29 @@ def _run_schedule(
 
     iterations = len(batches) // updates_per_step
     per_iteration: list[dict[str, float]] = []
+    whole_cycle = _whole_cycle(learner)
+    if whole_cycle and overrides:
+        raise ValueError("batch overrides need per-update calls, which the iteration graph lacks")
     for iteration in range(iterations):
         chunk = reward_chunks[iteration]
         learner.update_reward_stats(chunk["rewards"].to(device), chunk["dones"].to(device))
         iter_metrics: defaultdict[str, list[float]] = defaultdict(list)
-        for update_idx in range(updates_per_step):
+        if whole_cycle:
+            # One replay per iteration: only the iteration's first update has a state
+            # to snapshot before it (TIER_A_SNAPSHOT is such a boundary).
+            first = iteration * updates_per_step
+            if on_update is not None:
+                on_update(first, "critic")
+            iteration_batches = [
+                {k: v.to(device) for k, v in batch.items()}
+                for batch in batches[first : first + updates_per_step]
+            ]
+            for metrics in _iteration_call(
+                learner, iteration_batches, _runner_schedule(updates_per_step, policy_frequency)
+            ):
+                for key, value in metrics.items():
+                    iter_metrics[key].append(value)
+        for update_idx in range(0 if whole_cycle else updates_per_step):
             index = iteration * updates_per_step + update_idx
             batch = {k: v.to(device) for k, v in batches[index].items()}
             critic_batch = overrides.get((index, "critic"), batch)
@@ -265,14 +312,29 @@ def audit_cycle(
         # feature" notice is not a synchronization.
         return sum("called a synchronizing CUDA operation" in str(item.message) for item in caught)
 
-    syncs_in_cycle = count_syncs(lambda: _one_cycle(learner, batches, policy_frequency))
+    if _whole_cycle(learner):
+        # The runner hands the sampled batch over as one tensor per field: concatenated
+        # here, outside the counted cycle, which is then one ``update_iteration`` call.
+        large = {key: torch.cat([batch[key] for batch in batches]) for key in batches[0]}
+        schedule = _runner_schedule(len(batches), policy_frequency)
+        batch_size = int(batches[0]["obs"].shape[0])
+
+        def cycle() -> None:
+            learner.update_iteration(large, batch_size=batch_size, schedule=schedule)
+
+    else:
+
+        def cycle() -> None:
+            _one_cycle(learner, batches, policy_frequency)
+
+    syncs_in_cycle = count_syncs(cycle)
     syncs_in_read = count_syncs(learner.read_deferred_metrics) if deferred else 0
     torch.cuda.synchronize()
 
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        _one_cycle(learner, batches, policy_frequency)
+        cycle()
         if deferred:
             learner.read_deferred_metrics()
         torch.cuda.synchronize()
@@ -344,8 +406,19 @@ def _enable_cpu_inductor(learner_module: Any) -> None:
 
 
 def _update_phase(learner: Any, phase: str, batch: dict[str, Any]) -> dict[str, float]:
-    """One critic or actor update through the entry point the runner uses for it."""
-    if phase == "critic":
+    """One critic or actor update through the entry point the runner uses for it.
+
+    The whole-iteration graph has no per-update entry point: the update runs as a
+    captured one-update iteration (a schedule of just that update), so the probe
+    measures the graph's own first update.
+    """
+    if _whole_cycle(learner):
+        from uni_rl.algos.common.update_schedule import ScheduledUpdate
+
+        metrics = {}
+        for update_metrics in _iteration_call(learner, [batch], (ScheduledUpdate(phase, 0, True),)):
+            metrics.update(update_metrics)
+    elif phase == "critic":
         if getattr(learner, "use_cuda_graph_critic", False):
             metrics = learner.update_critic_cuda_graph(batch, read_metrics=True)
         else:
@@ -517,7 +590,17 @@ def worker_main(args: argparse.Namespace) -> None:
         # must be exactly the state before, so training below equals the baseline's.
         dry = {k: torch.zeros_like(v).to(config["device"]) for k, v in batches[0].items()}
         warm_start = time.perf_counter()
-        learner.warm_up(dry, inference_obs=dry["obs"])
+        if _whole_cycle(learner):
+            # As the runner warms it: whole dry iterations, so the graph is captured here.
+            ups = int(config["updates_per_step"])
+            learner.warm_up(
+                dry,
+                inference_obs=dry["obs"],
+                iteration_batch={k: torch.cat([v] * ups) for k, v in dry.items()},
+                schedule=_runner_schedule(ups, int(config["policy_frequency"])),
+            )
+        else:
+            learner.warm_up(dry, inference_obs=dry["obs"])
         result["warm_up_seconds"] = time.perf_counter() - warm_start
     from torch._dynamo.utils import counters
 
@@ -540,6 +623,9 @@ def worker_main(args: argparse.Namespace) -> None:
         overrides=overrides,
     )
     result["seconds"] = time.perf_counter() - start
+    # False after a fallback (capture failure etc.): the run then measured the
+    # per-update path, not the graph.
+    result["whole_cycle_graph_active"] = _whole_cycle(learner)
     result["state"] = _state_of(learner)
     result["snapshots"] = snapshots
     # Graphs compiled during training proper: zero when the warm-up compiled them all.
@@ -1130,6 +1216,11 @@ GPU_CONFIGS: dict[str, dict[str, Any]] = {
         "use_cuda_graph_critic": True,
         "use_cuda_graph_actor": True,
     },
+    "whole_cycle_graph": {
+        "use_compile": True,
+        "compile_full_objectives": True,
+        "use_whole_cycle_cuda_graph": True,
+    },
 }
 
 
@@ -1315,7 +1406,9 @@ def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
         }
         for key, result in results.items()
     }
-    recommended = [k for k in per_config if k.startswith("patched/") and "compile" in k]
+    recommended = [
+        k for k in per_config if k.startswith("patched/") and ("compile" in k or "graph" in k)
+    ]
     checks["host_sync_audit"] = {
         "passed": all(
             per_config[k]["audit"]["host_syncs_in_cycle"] == 0
@@ -1325,6 +1418,17 @@ def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
         ),
         "rule": "patched: zero host syncs inside one update cycle, one at the metrics read",
         "per_config": per_config,
+    }
+    requested = [
+        key
+        for key, (_, config) in jobs.items()
+        if config["learner"].get("use_whole_cycle_cuda_graph")
+    ]
+    checks["whole_cycle_graph_kept"] = {
+        "passed": bool(requested)
+        and all(results[key]["whole_cycle_graph_active"] for key in requested),
+        "rule": "the whole-iteration configurations still ran their graph (no fallback)",
+        "configs": requested,
     }
     checks["no_compilation_after_warm_up"] = {
         "passed": all(per_config[k]["graphs_compiled_after_warm_up"] == 0 for k in recommended),

@@ -1,7 +1,8 @@
 """Replay stability of the patched FlashSAC learner's CUDA graph paths (GPU only).
 
 For each graph path (full-objective compile with Inductor's CUDA graphs; full-objective
-compile with the manual CUDA graphs) the patched learner runs ``--iterations``
+compile with the manual CUDA graphs; the whole-iteration CUDA graph, one replay per
+iteration) the patched learner runs ``--iterations``
 consecutive runner iterations (2 critic updates, 1 actor update, 2 target updates, then
 the one deferred-metrics read). Checked at every iteration:
 
@@ -10,7 +11,8 @@ the one deferred-metrics read). Checked at every iteration:
   the iteration's later replays, must equal the mean of those copies exactly. Every
   ``DELAYED_READ_EVERY`` iterations the read waits one more iteration, so rows must
   also survive a whole further iteration of replays. A row that aliased graph-owned
-  memory would come back with a later update's values.
+  memory would come back with a later update's values. (The whole-iteration graph
+  writes all its rows in one replay: they are copied right after it.)
 * tracking: an eager patched learner is loaded with the graph learner's full state
   before each iteration, both run the iteration on the same batches and random stream
   (Inductor ``fallback_random``), and their parameters, buffers and metrics must agree
@@ -60,6 +62,11 @@ PATHS: dict[str, dict[str, Any]] = {
         "use_cuda_graph_critic": True,
         "use_cuda_graph_actor": True,
     },
+    "whole_cycle_graph": {
+        "use_compile": True,
+        "compile_full_objectives": True,
+        "use_whole_cycle_cuda_graph": True,
+    },
 }
 BATCH_SIZE = 256
 UPDATES_PER_STEP = 2
@@ -103,12 +110,32 @@ def make_batches(torch: Any, device: str) -> list[dict[str, Any]]:
     return batches
 
 
+def iteration_schedule() -> Any:
+    """The runner's update schedule of one iteration (imported from the patched root)."""
+    from uni_rl.algos.common.update_schedule import iteration_update_schedule
+
+    return iteration_update_schedule(UPDATES_PER_STEP, POLICY_FREQUENCY)
+
+
 def run_updates(learner: Any, batches: list[dict[str, Any]], peeks: list[Any] | None) -> None:
     """One runner iteration's updates through the runner's entry points.
 
     With ``peeks``, a device copy of each freshly written metrics row is kept.
     """
     buffer = learner._metrics_buffer
+    if getattr(learner, "use_whole_cycle_cuda_graph", False):
+        import torch
+
+        schedule = iteration_schedule()
+        large = {key: torch.cat([batch[key] for batch in batches]) for key in batches[0]}
+        learner.update_iteration(large, batch_size=BATCH_SIZE, schedule=schedule)
+        if peeks is not None:
+            for group in ("critic", "actor"):
+                pending = buffer.pending(group)
+                written = sum(update.kind == group for update in schedule)
+                for row in range(pending.shape[0] - written, pending.shape[0]):
+                    peeks.append((group, pending[row : row + 1]))
+        return
     for update_idx, batch in enumerate(batches):
         if learner.use_cuda_graph_critic:
             learner.update_critic_cuda_graph(batch, read_metrics=False)
@@ -184,7 +211,16 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
     batches = make_batches(torch, "cuda")
     dry = {k: torch.zeros_like(v) for k, v in batches[0].items()}
     warm_start = time.perf_counter()
-    learner.warm_up(dry, inference_obs=dry["obs"])
+    if learner.use_whole_cycle_cuda_graph:
+        # As the runner warms it: whole dry iterations, so the graph is captured here.
+        learner.warm_up(
+            dry,
+            inference_obs=dry["obs"],
+            iteration_batch={k: torch.cat([v] * UPDATES_PER_STEP) for k, v in dry.items()},
+            schedule=iteration_schedule(),
+        )
+    else:
+        learner.warm_up(dry, inference_obs=dry["obs"])
     warm_up_seconds = time.perf_counter() - warm_start
     graphs_after_warm_up = int(counters["stats"]["unique_graphs"])
     inductor_after_warm_up = dict(counters["inductor"])
@@ -247,13 +283,20 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
         if value != inductor_after_warm_up.get(key, 0)
     }
     rerecorded = sum(v for k, v in inductor_delta.items() if "cudagraph" in k and "record" in k)
+    # A learner that fell back (one warning, switch off) would pass on the per-update
+    # path without its graph ever replaying: the path must still be on at the end.
+    graph_kept = bool(
+        not PATHS[name].get("use_whole_cycle_cuda_graph") or learner.use_whole_cycle_cuda_graph
+    )
     return {
         "passed": bool(
             not own_iteration_failures
             and not tracking_failures
             and graphs_compiled_after_warm_up == 0
             and rerecorded == 0
+            and graph_kept
         ),
+        "whole_cycle_graph_kept": graph_kept,
         "iterations": iterations,
         "delayed_reads": delayed_reads,
         "own_iteration_metric_mismatches": own_iteration_failures[:10],
