@@ -267,3 +267,20 @@ def test_provenance_flags_installed_wheel(tmp_path: Path, overlay: Path) -> None
     (record_file,) = (tmp_path / "prov").glob("provenance-*.json")
     record = json.loads(record_file.read_text())
     assert record["flagged"] is True and record["uni_rl_origin"] == "site-packages"
+
+
+def test_revert_after_the_series_moved_on(checkout: Path, overlay: Path, run_patchset: Runner,
+                                          patches_copy: Path) -> None:
+    """A checkout applied with an older series reverts exactly, from its own state, under the newer series."""
+    series = patches_copy / "series"
+    series.write_text("".join(line for line in series.read_text().splitlines(True) if not line.startswith("uni_rl ")))
+    assert run_patchset("manifest", "--patches", str(patches_copy)).returncode == 0
+    before, overlay_before = tree_hashes(checkout), tree_hashes(overlay)
+    assert run_patchset("apply", "--unilab", str(checkout), "--patches", str(patches_copy)).returncode == 0
+    status = run_patchset("status", "--unilab", str(checkout))
+    assert status.returncode == 0 and "OUTDATED" in status.stdout
+    again = run_patchset("apply", "--unilab", str(checkout))
+    assert "carries a different series" in one_line_error(again)
+    reverted = run_patchset("revert", "--unilab", str(checkout))
+    assert reverted.returncode == 0, reverted.stderr
+    assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before

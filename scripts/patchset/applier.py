@@ -380,11 +380,16 @@ def apply(opts: Options) -> Outcome:
     return out
 
 
-def file_statuses(opts: Options, checkout: Path, manifest: dict[str, Any], state: dict | None) -> list[dict]:
-    """Per touched file: applied (post-image), not applied (pre-image), edited (after apply) or drifted."""
+def file_statuses(opts: Options, checkout: Path, manifest: dict[str, Any] | None, state: dict | None) -> list[dict]:
+    """Per touched file: applied (post-image), not applied (pre-image), edited (after apply) or drifted.
+
+    An applied checkout is judged by its own state (what was really written, even if the project's series has
+    moved on since); an unapplied one by the manifest of the current series.
+    """
     applied = state is not None and state["phase"] == "applied"
+    expected = state["files"] if state is not None else manifest["targets"]
     rows = []
-    for target, files in manifest["targets"].items():
+    for target, files in expected.items():
         root = checkout if target == TARGET_CHECKOUT else opts.overlay
         for path, want in sorted(files.items()):
             if target == TARGET_OVERLAY and not ovl.package_dir(opts.overlay).exists():
@@ -406,21 +411,26 @@ def status(opts: Options) -> Outcome:
     checkout = resolve_checkout(opts, create=False)
     state = load_state(checkout)
     files = file_statuses(opts, checkout, manifest, state)
+    current_series = state is None or state["series_sha256"] == series.sha256
     by_file = {(f["target"], f["path"]): f["status"] for f in files}
     patches = []
-    for patch in series.patches:
+    for patch in series.patches if current_series else []:
         states = {by_file[(patch.target, p)] for p in patch.files()}
         worst = next((s for s in ("edited", "drifted") if s in states), None)
         patches.append({"name": patch.name, "target": patch.target,
                         "status": worst or (states.pop() if len(states) == 1 else "partially applied")})
     phase = state["phase"] if state else "not applied"
+    applied_series = state["series_sha256"] if state else series.sha256
     out = Outcome(data={
         "checkout": str(checkout), "overlay": str(opts.overlay.resolve()), "phase": phase,
-        "series_sha256": series.sha256, "state": state, "patches": patches, "files": files,
+        "series_sha256": applied_series, "project_series_sha256": series.sha256, "state": state,
+        "patches": patches, "files": files,
     })
     if state and phase != "applied":
         out.lines.append(f"INTERRUPTED {phase} in {checkout}: the next 'apply' or 'revert' rolls it back")
-    out.lines.append(f"{checkout}: {phase} (series {series.sha256[:12]})")
+    out.lines.append(f"{checkout}: {phase} (series {applied_series[:12]})")
+    if not current_series:
+        out.lines.append(f"OUTDATED: this project's series is now {series.sha256[:12]}; 'revert' then 'apply' to update")
     out.lines += [f"  patch {p['name']:<60} {p['status']}" for p in patches]
     out.lines += [f"  file  {f['target']}:{f['path']:<55} {f['status']}" for f in files]
     if state:
@@ -429,7 +439,7 @@ def status(opts: Options) -> Outcome:
 
 
 def revert(opts: Options) -> Outcome:
-    _, _, manifest = _load(opts)
+    """Restore from the checkout's own state: needs neither the series nor the manifest of this project."""
     checkout = resolve_checkout(opts, create=False)
     out = Outcome()
     with locked(checkout, "the checkout"), locked(opts.overlay, "the overlay"):
@@ -440,7 +450,7 @@ def revert(opts: Options) -> Outcome:
             out.lines += _finish_interrupted(opts, checkout, state)
             out.data = {"result": "rolled-back", "checkout": str(checkout)}
             return out
-        edited = [f for f in file_statuses(opts, checkout, manifest, state) if f["status"] not in ("applied", "not applied")]
+        edited = [f for f in file_statuses(opts, checkout, None, state) if f["status"] not in ("applied", "not applied")]
         if edited and not opts.force:
             names = ", ".join(f"{f['target']}:{f['path']}" for f in edited)
             raise PatchsetError(f"refusing to revert: edited after apply: {names}; --force (FORCE=1) saves them as a diff first")
