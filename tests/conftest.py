@@ -3,6 +3,7 @@ pristine UniLab trees made from the sdist, and the real applier run as a subproc
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -54,14 +55,17 @@ def checkout(tmp_path: Path, pristine_template: Path) -> Path:
     return dest
 
 
-@pytest.fixture
-def overlay(tmp_path: Path) -> Path:
+def make_overlay(dest: Path) -> Path:
     """A private overlay dir holding the committed runtime files, so tests never touch the project's."""
-    dest = tmp_path / "overlay"
     dest.mkdir()
     for name in ("sitecustomize.py", "flashsac_provenance.py"):
         shutil.copy2(PROJECT / "overlay" / name, dest / name)
     return dest
+
+
+@pytest.fixture
+def overlay(tmp_path: Path) -> Path:
+    return make_overlay(tmp_path / "overlay")
 
 
 def patchset_env(**extra: str) -> dict[str, str]:
@@ -75,23 +79,22 @@ def patchset_env(**extra: str) -> dict[str, str]:
 Runner = Callable[..., subprocess.CompletedProcess]
 
 
+def patchset(overlay: Path, command: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m patchset <command> --overlay <overlay> ...` as a user would; return the completed process."""
+    return subprocess.run(
+        [sys.executable, "-m", "patchset", command, "--overlay", str(overlay), *args],
+        env=patchset_env(**(env or {})), capture_output=True, text=True, timeout=300, check=False,
+    )
+
+
 @pytest.fixture
 def run_patchset(overlay: Path) -> Runner:
-    """Run `python -m patchset <command> --overlay <private overlay> ...` and return the completed process."""
-
-    def run(command: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "patchset", command, "--overlay", str(overlay), *args],
-            env=patchset_env(**(env or {})), capture_output=True, text=True, timeout=300, check=False,
-        )
-
-    return run
+    """patchset() bound to the test's private overlay."""
+    return lambda command, *args, env=None: patchset(overlay, command, *args, env=env)
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
     """sha256 of every file under root except git's own bookkeeping, plus each file's mode."""
-    import hashlib
-
     out = {}
     for p in sorted(root.rglob("*")):
         if p.is_file() and ".git" not in p.relative_to(root).parts and "__pycache__" not in p.parts:
@@ -111,15 +114,10 @@ def pristine_uni_rl_root(tmp_path_factory: pytest.TempPathFactory, wheel: Path) 
 def applied_session(tmp_path_factory: pytest.TempPathFactory, pristine_template: Path) -> tuple[Path, Path]:
     """One checkout + overlay with the whole series applied by the real applier, shared read-only by tests."""
     base = tmp_path_factory.mktemp("applied")
-    checkout, overlay = base / "unilab", base / "overlay"
+    checkout = base / "unilab"
     shutil.copytree(pristine_template, checkout, symlinks=True)
-    overlay.mkdir()
-    for name in ("sitecustomize.py", "flashsac_provenance.py"):
-        shutil.copy2(PROJECT / "overlay" / name, overlay / name)
-    proc = subprocess.run(
-        [sys.executable, "-m", "patchset", "apply", "--unilab", str(checkout), "--overlay", str(overlay)],
-        env=patchset_env(), capture_output=True, text=True, timeout=300, check=False,
-    )
+    overlay = make_overlay(base / "overlay")
+    proc = patchset(overlay, "apply", "--unilab", str(checkout))
     assert proc.returncode == 0, proc.stderr
     return checkout, overlay
 

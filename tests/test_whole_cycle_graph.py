@@ -34,6 +34,20 @@ def baseline_loop(updates_per_step, policy_frequency, batch_size):
             calls.append(("actor", update_idx, (s, e), next_actor_update >= updates_per_step))
         calls.append(("target", update_idx, (s, e), False))
     return calls
+
+
+def run_baseline_iteration(learner, large, updates_per_step, policy_frequency, batch_size):
+    # One iteration on the per-update path, in the 1.3.2 loop's order; returns the update metrics.
+    metrics = []
+    for kind, _, (s, e), _ in baseline_loop(updates_per_step, policy_frequency, batch_size):
+        b = {k: v[s:e] for k, v in large.items()}
+        if kind == "critic":
+            metrics.append(learner.update_critic(b))
+        elif kind == "actor":
+            metrics.append(learner.update_actor(b))
+        else:
+            learner.soft_update_target()
+    return metrics
 """
 
 
@@ -104,15 +118,7 @@ def test_cpu_falls_back_once_and_equals_the_per_update_path_bitwise(
                                              after_target_update=lambda: progress.append(it))
                 graph_metrics.append(graph.read_deferred_metrics() if {deferred} else out)
                 torch.manual_seed(it)
-                ref = []
-                for kind, idx, (s, e), _ in baseline_loop(ups, pf, size):
-                    b = {{k: v[s:e] for k, v in large.items()}}
-                    if kind == "critic":
-                        ref.append(reference.update_critic(b))
-                    elif kind == "actor":
-                        ref.append(reference.update_actor(b))
-                    else:
-                        reference.soft_update_target()
+                ref = run_baseline_iteration(reference, large, ups, pf, size)
                 ref_metrics.append(reference.read_deferred_metrics() if {deferred}
                                    else [m for m in ref if m])
         fallback = [w for w in caught if issubclass(w.category, RuntimeWarning)]
@@ -182,15 +188,7 @@ def test_graph_body_run_eagerly_equals_the_per_update_path_bitwise(
             out = body._finish_whole_cycle(plan)
             body_metrics.append(body.read_deferred_metrics() if {deferred} else out)
             torch.manual_seed(it)
-            ref = []
-            for kind, idx, (s, e), _ in baseline_loop(ups, pf, size):
-                b = {{k: v[s:e] for k, v in large.items()}}
-                if kind == "critic":
-                    ref.append(reference.update_critic(b))
-                elif kind == "actor":
-                    ref.append(reference.update_actor(b))
-                else:
-                    reference.soft_update_target()
+            ref = run_baseline_iteration(reference, large, ups, pf, size)
             ref_metrics.append(reference.read_deferred_metrics() if {deferred}
                                else [m for m in ref if m])
         a, b = state(body), state(reference)

@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import TOOL_VERSION, overlay as ovl
+from . import TOOL_VERSION
+from . import overlay as ovl
 from .errors import PatchsetError
 from .fetch import pinned_artifact
 from .manifest import load_manifest, verify_series

@@ -13,6 +13,7 @@ from . import applier
 from .errors import PatchsetError
 from .manifest import build_manifest, write_manifest
 from .paths import OVERLAY_DIR, PATCHES_DIR
+from .provenance_check import run_provenance
 
 
 def _env_flag(name: str) -> bool:
@@ -56,13 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     opts = _options(args)
     try:
-        if args.command == "provenance":
-            from .provenance_check import run_provenance
-
-            outcome = run_provenance(opts)
-        else:
-            outcome = {"apply": applier.apply, "status": applier.status, "revert": applier.revert,
-                       "manifest": _manifest}[args.command](opts)
+        outcome = {"apply": applier.apply, "status": applier.status, "revert": applier.revert,
+                   "manifest": _manifest, "provenance": run_provenance}[args.command](opts)
     except PatchsetError as exc:
         print(f"patchset {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
