@@ -3,13 +3,14 @@
 #   make bench [QUICK=1] [UNILAB=<tree>] [PYTHON=<UniLab interpreter>] [ITERATIONS=1000] [SUMMARY_LAST=500]
 #              [SCHEDULES=2,8] [CONFIGS=baseline-1.3.2,eager,...] [REPEATS=1] [UNILAB_ASSETS=<dir|.tar.xz>]
 #              [APPLY=1] [SKIP_VERIFY=1] [TIMEOUT_S=<per run>]
-#              [NO_CHECKS=1 | CHECK_NUMERICS='<cmd>' CHECK_REPLAY='<cmd>'] [BENCH_ARGS=...]
+#              [NO_CHECKS=1 | CHECK_NUMERICS='<cmd>' CHECK_REPLAY='<cmd>' | CHECKS_JSON=<file>] [BENCH_ARGS=...]
 #   make bench-parity [QUICK=1] [SEEDS=1,2,3] [ITERATIONS=1000] ...
 #   make bench-report DIR=results/<machine>-<date>     (rebuild summary.md + timings.png from the JSON)
 #
 # Needs CUDA (exits with one error line otherwise). No dependency on `setup`: on the lent GPU machine
 # there is no network; run with PYTHON=python3 and the wheels on PYTHONPATH (see ../shared/device/NOTES.md).
 # CHECK_NUMERICS / CHECK_REPLAY: commands run first on the same machine; their `passed` flags go in every run JSON.
+# CHECKS_JSON: the results of those checks run earlier on this machine (experiments/device_evidence.sh), embedded instead.
 
 BENCH_PY = $(or $(PYTHON),$(if $(wildcard $(PY)),$(PY),python3))
 BENCH_COMMON = $(if $(UNILAB),--unilab-root "$(UNILAB)") $(if $(UNILAB_ASSETS),--assets "$(UNILAB_ASSETS)") \
@@ -20,7 +21,7 @@ BENCH_COMMON = $(if $(UNILAB),--unilab-root "$(UNILAB)") $(if $(UNILAB_ASSETS),-
 # The numerics and replay-stability checks of the series, run first on the same machine (NO_CHECKS=1 skips them).
 # The driver extracts the pristine 1.3.2 learner to work/bench/unilab-rl-1.3.2 before it runs them.
 BENCH_BASELINE_ROOT ?= work/bench/unilab-rl-1.3.2
-ifeq ($(NO_CHECKS),)
+ifeq ($(NO_CHECKS)$(CHECKS_JSON),)
 CHECK_NUMERICS ?= $(if $(wildcard experiments/validate_numerics.py),$(BENCH_PY) experiments/validate_numerics.py --mode gpu \
   --baseline-root $(BENCH_BASELINE_ROOT) --patched-root overlay --output work/bench-checks/numerics.json)
 CHECK_REPLAY ?= $(if $(wildcard experiments/validate_replay_stability.py),$(BENCH_PY) experiments/validate_replay_stability.py \
@@ -34,7 +35,8 @@ bench:
 	  $(if $(SUMMARY_LAST),--summary-last $(SUMMARY_LAST)) $(if $(SCHEDULES),--schedules $(SCHEDULES)) \
 	  $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(APPLY),--apply) \
 	  $(if $(CHECK_NUMERICS),--check 'numerics=$(CHECK_NUMERICS)') \
-	  $(if $(CHECK_REPLAY),--check 'replay-stability=$(CHECK_REPLAY)') $(BENCH_ARGS)
+	  $(if $(CHECK_REPLAY),--check 'replay-stability=$(CHECK_REPLAY)') \
+	  $(if $(CHECKS_JSON),--checks-json "$(CHECKS_JSON)") $(BENCH_ARGS)
 
 bench-parity:
 	$(BENCH_PY) experiments/bench_parity.py $(BENCH_COMMON) $(if $(SEEDS),--seeds $(SEEDS)) $(BENCH_ARGS)

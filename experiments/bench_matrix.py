@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline-wheel", type=Path, help="the pinned unilab-rl 1.3.2 wheel to extract it from")
     p.add_argument("--check", action="append", default=[], metavar="NAME=COMMAND",
                    help="a numerics/replay-stability check to run first; its pass flag goes in every run")
+    p.add_argument("--checks-json", type=Path,
+                   help="instead of --check: results of checks already run on this machine (JSON: name -> {passed, ...})")
     p.add_argument("--timeout-s", type=float, help="per-run limit")
     p.add_argument("--live-panel", choices=("auto", "always", "never"), default="auto")
     return p
@@ -147,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.summary_last = args.summary_last or min(defaults["summary_last"], args.iterations)
     try:
         checks = [bench_driver.parse_check(c) for c in args.check]
+        if checks and args.checks_json is not None:
+            raise BenchSetupError("--check and --checks-json exclude each other")
+        if args.checks_json is not None and bench_driver.load_json_object(args.checks_json) is None:
+            raise BenchSetupError(f"--checks-json {args.checks_json} is not a readable JSON object")
         device, root, configs, baseline, state = prepare(args)
     except (BenchSetupError, subprocess.CalledProcessError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
@@ -159,6 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if checks:
         checks_json = out / "checks.json"
         checks_json.write_text(json.dumps(bench_driver.run_checks(checks, bench_env.PROJECT_DIR), indent=2) + "\n")
+    elif args.checks_json is not None:
+        checks_json = out / "checks.json"
+        checks_json.write_text(args.checks_json.read_text(encoding="utf-8"), encoding="utf-8")
     common = common_args(args, root, baseline, checks_json)
     specs = plan(configs, args.schedules, args.repeats)
     progress = bench_driver.Progress(total=len(specs))
@@ -175,7 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         stem = f"{index:02d}-{spec.config}-{schedule.replace('/', '-')}"
         output = out / "runs" / f"{stem}.json"
         argv_run = bench_driver.single_run_argv(spec, common=common, output=output, run_dir=logs_root / stem)
-        code = bench_driver.execute(argv_run, progress, f"{spec.config}, schedule {schedule}")
+        what = f"{spec.config}, schedule {schedule}"
+        code = bench_driver.execute(argv_run, progress, what)
+        if code != 0 and bench_configs.CONFIGS[spec.config].reference == "upstream":
+            code = bench_driver.retry_cold_reference(argv_run, output, progress, what)
         bench_driver.ensure_record(output, spec, schedule, code)
         failures += code != 0
         runs = bench_report.load_runs(out)

@@ -52,11 +52,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline-wheel", type=Path)
     p.add_argument("--timeout-s", type=float)
     p.add_argument("--live-panel", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="only rebuild DIR's report from the run JSONs in it (runs nothing)")
     return p
+
+
+def write_report(out: Path, *, final_last: int, quick: bool = False) -> dict:
+    """summary.md, parity.json and rewards.png of a parity folder, from the run JSONs it holds.
+
+    Everything in the header comes from the runs themselves, so the report can be rebuilt
+    (``--report DIR``) over the runs of several invocations copied into one folder, e.g.
+    seeds trained concurrently on one GPU.
+    """
+    runs = bench_report.load_runs(out)
+    summary = bench_report.parity_summary(runs, last=final_last)
+    verdict = bench_report.parity_verdict(summary, candidate=CANDIDATE, baseline=BASELINE)
+    bench_report.plot_rewards(runs, out / "rewards.png")
+    (out / "parity.json").write_text(json.dumps({"summary": summary, "verdict": verdict}, indent=2) + "\n")
+    configs = [run.get("training_config") or {} for run in runs]
+    seeds = sorted({c.get("seed") for c in configs if c.get("seed") is not None})
+    schedules = sorted({str(c.get("schedule")) for c in configs})
+    iterations = sorted({run.get("iterations") for run in runs if run.get("iterations") is not None})
+    envs = sorted({c.get("num_envs") for c in configs if c.get("num_envs") is not None})
+    batch = sorted({c.get("batch_size") for c in configs if c.get("batch_size") is not None})
+    text = (f"# FlashSAC learning parity: {out.name}\n\n"
+            f"{'/'.join(map(str, iterations))} iterations, seeds {seeds}, schedule {', '.join(schedules)}, "
+            f"{'/'.join(map(str, envs))} envs, batch {'/'.join(map(str, batch))}."
+            f"{' QUICK mode: smoke run, the verdict means nothing.' if quick else ''}\n\n"
+            f"{bench_report.parity_markdown(summary, verdict, last=final_last)}\n\n"
+            f"![reward curves](rewards.png)\n\n## Environment\n\n{bench_report.environment_section(runs)}\n\n"
+            f"## Failures\n\n{bench_report.failures_section(runs)}\n")
+    (out / "summary.md").write_text(text, encoding="utf-8")
+    print("\n" + bench_report.parity_markdown(summary, verdict, last=final_last))
+    print(f"[parity] {out / 'summary.md'}")
+    return verdict
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.report is not None:
+        if not bench_report.load_runs(args.report):
+            print(f"{PROG}: error: no run JSON under {args.report}", file=sys.stderr)
+            return 1
+        return 0 if write_report(args.report, final_last=args.final_last).get("passed") else 3
     if args.quick:
         args.seeds, args.final_last = args.seeds[:2], 20
     args.iterations = args.iterations or (60 if args.quick else 1000)
@@ -96,21 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress, f"{spec.config}, seed {spec.seed}")
         bench_driver.ensure_record(output, spec, f"{args.updates_per_step}/?/?", code)
         failures += code != 0
-    runs = bench_report.load_runs(out)
-    summary = bench_report.parity_summary(runs, last=args.final_last)
-    verdict = bench_report.parity_verdict(summary, candidate=CANDIDATE, baseline=BASELINE)
-    bench_report.plot_rewards(runs, out / "rewards.png")
-    (out / "parity.json").write_text(json.dumps({"summary": summary, "verdict": verdict}, indent=2) + "\n")
-    text = (f"# FlashSAC learning parity: {out.name}\n\n"
-            f"{args.iterations} iterations, seeds {args.seeds}, schedule updates_per_step={args.updates_per_step}, "
-            f"policy_frequency={args.policy_frequency}, {args.num_envs} envs, batch {args.batch_size}."
-            f"{' QUICK mode: smoke run, the verdict means nothing.' if args.quick else ''}\n\n"
-            f"{bench_report.parity_markdown(summary, verdict, last=args.final_last)}\n\n"
-            f"![reward curves](rewards.png)\n\n## Environment\n\n{bench_report.environment_section(runs)}\n\n"
-            f"## Failures\n\n{bench_report.failures_section(runs)}\n")
-    (out / "summary.md").write_text(text, encoding="utf-8")
-    print("\n" + bench_report.parity_markdown(summary, verdict, last=args.final_last))
-    print(f"[parity] {out / 'summary.md'}")
+    verdict = write_report(out, final_last=args.final_last, quick=args.quick)
     if failures:
         return 1
     return 0 if verdict.get("passed") else 3

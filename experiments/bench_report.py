@@ -151,7 +151,8 @@ def environment_section(runs: Sequence[dict[str, Any]]) -> str:
     """Machine, versions, drift, applied series, checks and provenance, from the runs themselves."""
     if not runs:
         return "_no runs_"
-    device = runs[0].get("device", {})
+    # The first run whose learner process reported its versions (a run that died early reported none).
+    device = next((r["device"] for r in runs if (r.get("device") or {}).get("package_versions")), runs[0].get("device", {}))
     out = [
         f"- GPU: {device.get('gpu')} (capability {device.get('capability')}), torch {device.get('torch')}, "
         f"host {device.get('hostname')}",
@@ -160,11 +161,15 @@ def environment_section(runs: Sequence[dict[str, Any]]) -> str:
         f"- applied series sha256: {sorted({str(r.get('series_sha256')) for r in runs})}",
         f"- checks: {json.dumps(runs[0].get('checks'))}",
     ]
-    flagged = [r.get("_file") for r in runs if r.get("provenance_flagged")]
+    # The overlay's provenance hook flags every process whose uni_rl is not the overlay's: a fault for an
+    # overlay configuration, the intent for a reference (1.3.2 baseline, installed 1.4.0).
+    flagged = [r.get("_file") for r in runs if r.get("provenance_flagged") and r.get("learner_source_kind") == "overlay"]
+    references = [r.get("_file") for r in runs if r.get("learner_source_kind") not in (None, "overlay")]
     missing = [r.get("_file") for r in runs if not r.get("provenance_processes")]
     wrong = [r.get("_file") for r in runs if not r.get("device", {}).get("flashsac_source_ok", False)]
     out.append(f"- provenance: {sum(int(r.get('provenance_processes') or 0) for r in runs)} process records; "
-               f"flagged in {flagged or 'none'}; missing in {missing or 'none'}")
+               f"overlay runs flagged in {flagged or 'none'}; missing in {missing or 'none'}; reference runs (flagged "
+               f"as not the overlay, as intended): {references or 'none'}")
     out.append(f"- uni_rl imported from the wrong place in: {wrong or 'none'}")
     for run in runs:
         out.append(f"  - {run.get('_file')}: uni_rl from `{run.get('device', {}).get('flashsac_source')}`")
@@ -173,10 +178,12 @@ def environment_section(runs: Sequence[dict[str, Any]]) -> str:
 
 def failures_section(runs: Sequence[dict[str, Any]]) -> str:
     failed = [r for r in runs if r.get("status") != "completed"]
-    if not failed:
-        return "All runs completed."
-    return "\n".join(f"- **{r.get('_file')}** ({_label(str(r.get('config')), [r])}, {_schedule(r)}): "
-                     f"{r.get('error')}" for r in failed)
+    lines = [f"- **{r.get('_file')}** ({_label(str(r.get('config')), [r])}, {_schedule(r)}): {r.get('error')}"
+             for r in failed]
+    lines += [f"- earlier attempt of **{r.get('_file')}** ({_label(str(r.get('config')), [r])}, {_schedule(r)}), "
+              f"then run again: {attempt.get('error')}"
+              for r in runs for attempt in r.get("earlier_attempts") or []]
+    return "\n".join(lines) if lines else "All runs completed."
 
 
 def write_summary(runs: Sequence[dict[str, Any]], path: Path, *, title: str, notes: str = "") -> None:

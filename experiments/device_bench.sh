@@ -8,10 +8,15 @@
 # import bench_driver; bench_driver.prepare_baseline(None, None)").
 # Carry: .whl .assets overlay/uni_rl overlay/MANIFEST.json work
 # Usage (on the device, from the repo root): experiments/device_bench.sh [make target] [VAR=value ...];
-# extra bench_matrix options go in the environment variable BENCH_ARGS.
+# extra bench_matrix options go in the environment variable BENCH_ARGS. `device_bench.sh install` only installs
+# the wheels (do it once before starting several invocations in parallel: they then skip the install).
 set -euo pipefail
 target=${1:-bench}; shift || true
-python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+if [ ! -f /tmp/site/.wheels-installed ]; then
+  python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  touch /tmp/site/.wheels-installed
+fi
+[ "$target" = install ] && exit 0
 export PYTHONPATH=/tmp/site MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled PYTHONUNBUFFERED=1
 results=${OUT:-$PWD}/results
 mkdir -p "$results"

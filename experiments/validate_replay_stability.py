@@ -323,7 +323,16 @@ def main() -> int:
     parser.add_argument("--patched-root", type=Path, required=True)
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument(
+        "--paths",
+        type=lambda text: [x.strip() for x in text.split(",") if x.strip()],
+        default=list(PATHS),
+        help=f"comma-separated subset of {','.join(PATHS)} (separate processes can share a GPU)",
+    )
     args = parser.parse_args()
+    unknown = sorted(set(args.paths) - set(PATHS))
+    if unknown or not args.paths:
+        parser.error(f"unknown or empty --paths {unknown}; known: {','.join(PATHS)}")
 
     sys.path.insert(0, str(args.patched_root.resolve()))
     import torch
@@ -338,7 +347,7 @@ def main() -> int:
 
     versions = read_versions()
     started = time.perf_counter()
-    paths = {name: run_path(torch, learner_module, name, args.iterations) for name in PATHS}
+    paths = {name: run_path(torch, learner_module, name, args.iterations) for name in args.paths}
     device = torch.cuda.get_device_name(0)
     report = {
         "passed": all(item["passed"] for item in paths.values()),

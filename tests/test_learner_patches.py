@@ -345,6 +345,34 @@ def test_warm_up_restores_every_piece_of_state(patched_uni_rl_root: Path) -> Non
     }
 
 
+def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_rl_root: Path) -> None:
+    """0008: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool."""
+    result = run_snippet(
+        patched_uni_rl_root,
+        """
+        import inspect
+        import torch._inductor.config as inductor_config
+        from torch._inductor import async_compile
+        from uni_rl.algos.common.compile import wide_compile_pool
+        from uni_rl.offpolicy.double_buffer_runner import DoubleBufferOffPolicyRunner as Runner
+        inductor_config.compile_threads = 1  # what the thread budget sets on a 16-core machine
+        with wide_compile_pool(2) as inside_workers:
+            inside = inductor_config.compile_threads
+            pools_inside = len(async_compile._pool_set)
+        narrow = []
+        with wide_compile_pool(1) as workers:
+            narrow.append(workers)
+        print(json.dumps({
+            "inside": [inside, inside_workers, pools_inside],
+            "after": [inductor_config.compile_threads, len(async_compile._pool_set)],
+            "not_narrowed": [narrow[0], inductor_config.compile_threads],
+            "runner_uses_it": "with wide_compile_pool()" in inspect.getsource(Runner._warm_up_learner),
+        }))
+        """,
+    )
+    assert result == {"inside": [2, 2, 1], "after": [1, 0], "not_narrowed": [1, 1], "runner_uses_it": True}
+
+
 def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> None:
     from hydra import compose, initialize_config_dir
 
