@@ -23,6 +23,8 @@ LearnerSource = Literal["overlay", "baseline", "installed"]
 ITERATION_GRAPH_KEY = "algo.algo_params.use_whole_cycle_cuda_graph"
 
 _P = "++algo.algo_params."
+#: The whole-iteration graph is the patched tree's default: every other overlay configuration turns it off.
+_NO_ITERATION_GRAPH = f"++{ITERATION_GRAPH_KEY}=false"
 
 
 @dataclass(frozen=True)
@@ -46,21 +48,21 @@ CONFIGS: dict[str, BenchConfig] = {
             "deferred eager",
             "overlay",
             (f"{_P}use_compile=false", f"{_P}compile_full_objectives=false",
-             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false"),
+             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false", _NO_ITERATION_GRAPH),
         ),
         BenchConfig(
             "compile",
             "full-objective compile",
             "overlay",
             (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
-             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false"),
+             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false", _NO_ITERATION_GRAPH),
         ),
         BenchConfig(
             "compile-graphs",
             "full compile + manual graphs",
             "overlay",
             (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
-             f"{_P}use_cuda_graph_critic=true", f"{_P}use_cuda_graph_actor=true"),
+             f"{_P}use_cuda_graph_critic=true", f"{_P}use_cuda_graph_actor=true", _NO_ITERATION_GRAPH),
         ),
         BenchConfig(
             "iteration-graph",
@@ -124,8 +126,12 @@ SCHEDULES: tuple[Schedule, ...] = (Schedule(2), Schedule(8))
 
 
 def config_overrides_for_compile_flag(compile_flag: bool | None) -> tuple[str, ...]:
-    """The original command line's ``--compile``/``--no-compile`` (both switches together)."""
+    """The original command line's ``--compile``/``--no-compile``: full-objective compile or eager.
+
+    The original report predates the whole-iteration graph, so both flags turn it off;
+    without either flag the tree's defaults apply (on the patched tree: the graph).
+    """
     if compile_flag is None:
         return ()
     value = str(compile_flag).lower()
-    return (f"{_P}use_compile={value}", f"{_P}compile_full_objectives={value}")
+    return (f"{_P}use_compile={value}", f"{_P}compile_full_objectives={value}", _NO_ITERATION_GRAPH)

@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# The GPU evidence of the issues, on the lent two-GPU machine (nvidia-h200-x2), one device call per mode.
-# The device returns at most 8 files, so everything lands in /tmp/evidence-<mode>/ and is packed into
-# $OUT/<mode>.tgz on exit; each part stops at BUDGET_S (default 540 s) so the packing happens inside the
-# call's 600 s limit, and every finished run is in the archive even when a later one was cut off.
+# The GPU evidence of the issues, on the lent two-GPU machine (nvidia-h200-x2), in one device call:
+# `device_evidence.sh MODE...` runs the given modes concurrently. The device returns at most 8 files, so
+# everything lands in /tmp/evidence/ and is packed into $OUT/evidence.tgz on exit; each part stops at
+# BUDGET_S (default 540 s) so the packing happens inside the call's 600 s limit, and every finished run is
+# in the archive even when a later one was cut off.
 #
-#   checks  GPU 0: validate_numerics.py --mode gpu and validate_replay_stability.py (one process per graph
-#           path, concurrently: correctness, not timing). GPU 1: `make bench-parity`, one invocation per
-#           seed, concurrently (learning, not timing); `bench_parity.py --report DIR` merges them afterwards.
+#   checks  validate_numerics.py --mode gpu on GPU $NUMERICS_GPU (0) and validate_replay_stability.py, one
+#           process per graph path, on GPU $REPLAY_GPU (0): correctness, not timing, so they share GPUs.
+#   parity  `make bench-parity` on GPU $PARITY_GPU (1), one invocation per seed, concurrently (learning, not
+#           timing); `bench_parity.py --report DIR` merges them afterwards.
 #   bench   `make bench` with one schedule per GPU, each alternating over every configuration: the ratios
-#           of a table row come from runs made side by side on one GPU.
+#           of a table row come from runs made side by side on one GPU. Run it alone.
 #
 # Prepare and carry as for device_bench.sh (.whl .assets overlay/uni_rl overlay/MANIFEST.json work).
 # Environment: BUDGET_S; checks: SEEDS (1 2 3), PARITY_ITERATIONS (1000), REPLAY_ITERATIONS (1000);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-mode=${1:?usage: device_evidence.sh checks|bench}
+[ $# -gt 0 ] || { echo "usage: device_evidence.sh checks|parity|bench ..." >&2; exit 2; }
 budget=${BUDGET_S:-540}
-work=/tmp/evidence-$mode
+work=/tmp/evidence
 rm -rf "$work" && mkdir -p "$work"
-trap 'tar czf "$OUT/$mode.tgz" -C "$work" .' EXIT
+trap 'tar czf "$OUT/evidence.tgz" -C "$work" .' EXIT
 bash experiments/device_bench.sh install || exit 1
 export PYTHONPATH=/tmp/site MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled PYTHONUNBUFFERED=1
 assets=.assets/unilab-1.3.2-g1-assets.tar.xz
@@ -34,29 +36,33 @@ on_gpu() {  # on_gpu <gpu> <log name> <command...>: run in the background, bound
    echo "exit $?" >>"$work/$log.log") &
 }
 
-case $mode in
-  checks)
-    on_gpu 0 numerics python3 experiments/validate_numerics.py --mode gpu \
-      --baseline-root work/bench/unilab-rl-1.3.2 --patched-root overlay --output "$work/validate_numerics_gpu.json"
-    for path in inductor_cudagraphs manual_cudagraphs whole_cycle_graph; do
-      on_gpu 0 "replay-$path" python3 experiments/validate_replay_stability.py --patched-root overlay \
-        --paths "$path" --iterations "${REPLAY_ITERATIONS:-1000}" --output "$work/replay-$path.json"
-    done
-    for seed in ${SEEDS:-1 2 3}; do
-      on_gpu 1 "parity-seed$seed" bash experiments/device_bench.sh bench-parity SEEDS="$seed" \
-        ITERATIONS="${PARITY_ITERATIONS:-1000}" TIMEOUT_S=480 BENCH_ARGS="--results-root $work/parity-seed$seed"
-    done
-    wait
-    ;;
-  bench)
-    configs=${CONFIGS:-baseline-1.3.2,upstream-1.4.0,iteration-graph,compile,compile-graphs,eager}
-    for gpu_schedule in 0:2 1:8; do
-      on_gpu "${gpu_schedule%%:*}" "bench-schedule${gpu_schedule##*:}" bash experiments/device_bench.sh bench \
-        SCHEDULES="${gpu_schedule##*:}" CONFIGS="$configs" ITERATIONS="${ITERATIONS:-300}" \
-        SUMMARY_LAST="${SUMMARY_LAST:-150}" TIMEOUT_S=300 NO_CHECKS=1 ${CHECKS_JSON:+CHECKS_JSON=$CHECKS_JSON} \
-        BENCH_ARGS="--results-root $work/schedule${gpu_schedule##*:}"
-    done
-    wait
-    ;;
-  *) echo "device_evidence.sh: unknown mode $mode (checks|bench)" >&2; exit 2 ;;
-esac
+for mode in "$@"; do
+  case $mode in
+    checks)
+      on_gpu "${NUMERICS_GPU:-0}" numerics python3 experiments/validate_numerics.py --mode gpu \
+        --baseline-root work/bench/unilab-rl-1.3.2 --patched-root overlay --output "$work/validate_numerics_gpu.json"
+      for path in inductor_cudagraphs manual_cudagraphs whole_cycle_graph; do
+        on_gpu "${REPLAY_GPU:-0}" "replay-$path" python3 experiments/validate_replay_stability.py \
+          --patched-root overlay --paths "$path" --iterations "${REPLAY_ITERATIONS:-1000}" \
+          --output "$work/replay-$path.json"
+      done
+      ;;
+    parity)
+      for seed in ${SEEDS:-1 2 3}; do
+        on_gpu "${PARITY_GPU:-1}" "parity-seed$seed" bash experiments/device_bench.sh bench-parity SEEDS="$seed" \
+          ITERATIONS="${PARITY_ITERATIONS:-1000}" TIMEOUT_S=480 BENCH_ARGS="--results-root $work/parity-seed$seed"
+      done
+      ;;
+    bench)
+      configs=${CONFIGS:-baseline-1.3.2,upstream-1.4.0,iteration-graph,compile,compile-graphs,eager}
+      for gpu_schedule in 0:2 1:8; do
+        on_gpu "${gpu_schedule%%:*}" "bench-schedule${gpu_schedule##*:}" bash experiments/device_bench.sh bench \
+          SCHEDULES="${gpu_schedule##*:}" CONFIGS="$configs" ITERATIONS="${ITERATIONS:-300}" \
+          SUMMARY_LAST="${SUMMARY_LAST:-150}" TIMEOUT_S=300 NO_CHECKS=1 ${CHECKS_JSON:+CHECKS_JSON=$CHECKS_JSON} \
+          BENCH_ARGS="--results-root $work/schedule${gpu_schedule##*:}"
+      done
+      ;;
+    *) echo "device_evidence.sh: unknown mode $mode (checks|parity|bench)" >&2; exit 2 ;;
+  esac
+done
+wait

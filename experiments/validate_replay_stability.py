@@ -15,12 +15,14 @@ the one deferred-metrics read). Checked at every iteration:
   writes all its rows in one replay: they are copied right after it.)
 * tracking: an eager patched learner is loaded with the graph learner's full state
   before each iteration, both run the iteration on the same batches and random stream
-  (Inductor ``fallback_random``), and their parameters, buffers and metrics must agree
-  within ``PARAM_REL_TOL``/``METRIC_REL_TOL`` (float rounding of one iteration). A
+  (Inductor ``fallback_random``), and their parameters, BatchNorm statistics, whole
+  parameter step, Adam moments (``TRACKING_TOL`` per iteration and
+  ``TRACKING_MEDIAN_TOL`` over the run, see ``tracking_errors``) and metrics
+  (``METRIC_REL_TOL``) must agree to float rounding of one iteration. A
   free-running comparison over 1000 iterations would measure chaos, not correctness:
   this learner amplifies last-bit differences (argmin over the critics, BatchNorm).
   A short learning-rate schedule makes the rate change throughout, so a graph that
-  kept a stale rate would fail here.
+  kept a stale rate would fail the ``update`` comparison.
 * nothing compiles after the warm-up (dynamo's unique-graph counter does not move) and
   Inductor records no CUDA graph again.
 """
@@ -75,7 +77,20 @@ BATCH_POOL = 16
 DELAYED_READ_EVERY = 50
 METRIC_REL_TOL = 1e-3
 METRIC_ABS_FLOOR = 1e-3
-PARAM_REL_TOL = 1e-3
+#: One iteration's rounding, graph path vs eager from the same state (tracking_errors),
+#: gated at every iteration. The whole step and the Adam moments also move discretely:
+#: where the two critics' values of a sample are within rounding of each other, the
+#: minimum picks the other critic and that sample's gradient changes path (1 of 256
+#: samples: a few 1e-3 of the step); on the H200 ~7 % of iterations showed such a flip,
+#: the largest 1.1e-2 (step) and 2.1e-2 (moments), medians 6.5e-5 and 3e-6. So those two
+#: are gated per iteration only against a broken iteration (a stale batch or a skipped
+#: update moves them by ~1) and, for systematic errors, by their median over the run
+#: (TRACKING_MEDIAN_TOL): a stale learning rate shifts every iteration's step by the
+#: schedule's per-step change, 1e-3 or more here (5e-3 in the warm-up).
+TRACKING_TOL = {"parameters": 1e-3, "batchnorm": 1e-3, "update": 5e-2, "optimizer": 5e-2}
+TRACKING_MEDIAN_TOL = {"update": 5e-4, "optimizer": 5e-4}
+BN_EPS = 1e-5
+PARAM_NORM_FLOOR = 1.0
 
 
 def read_versions() -> dict[str, str]:
@@ -167,34 +182,76 @@ def expected_from_peeks(learner: Any, peeks: list[Any]) -> dict[str, float]:
     return expected
 
 
-def state_drift(torch: Any, reference: Any, candidate: Any) -> tuple[float, str]:
-    """Worst per-tensor relative L2 difference over modules and optimizer moments."""
-    keys: list[str] = []
-    ref: list[Any] = []
-    cand: list[Any] = []
+def parameters_of(learner: Any) -> dict[str, Any]:
+    """Every trainable tensor of the learner, detached copies, by a stable name."""
+    return {
+        f"{module}.{key}": value.detach().float().clone()
+        for module in ("actor", "critic", "temperature")
+        for key, value in getattr(learner, module).named_parameters()
+    }
+
+
+def tracking_errors(
+    torch: Any, before: dict[str, Any], reference: Any, candidate: Any
+) -> dict[str, tuple[float, str]]:
+    """Worst difference of one iteration, graph path vs eager, per kind (see TRACKING_TOL).
+
+    Both learners start the iteration from the same state (``before`` holds its
+    parameters), so every difference is the rounding of that one iteration.
+    ``parameters``: per tensor ||a - b|| / max(||a||, 1), modules' parameters and buffers
+    except BatchNorm statistics (the floor keeps zero-initialized biases, whose norm is a
+    few steps of size lr, from turning rounding into a large ratio). ``batchnorm``: running statistics in the units of the batch
+    statistics that move them (|d mean| / sqrt(var + eps), |d var| / (var + eps), worst
+    channel): a running mean that starts at zero has a rounding-noise norm, so its
+    relative difference is ~1 for a one-ulp change (iteration 0 of the first run showed
+    0.76). ``update``: the iteration's whole parameter step, ||d_a - d_b|| / ||d_a|| over
+    all parameters: a learning rate one step stale changes it by the schedule's
+    per-step change (~0.5 % here) while per-tensor parameter differences stay ~1e-6.
+    ``optimizer``: per optimizer, the Adam moments concatenated; per tensor they are not
+    comparable, since a bias whose gradient is a batch sum that cancels has relative
+    rounding of any size (per-tensor exp_avg differences up to 4e-3 were measured).
+    """
+    worst: dict[str, tuple[float, str]] = {}
+
+    def note(kind: str, value: float, entry: str) -> None:
+        if kind not in worst or value > worst[kind][0] or not math.isfinite(value):
+            worst[kind] = (value if math.isfinite(value) else math.inf, entry)
+
+    def rel(a: Any, b: Any) -> float:
+        scale = float(torch.linalg.vector_norm(a))
+        diff = float(torch.linalg.vector_norm(a - b))
+        return diff / scale if scale > 0 else diff
+
     for module in ("actor", "critic", "target_critic", "temperature"):
         ref_state = getattr(reference, module).state_dict()
         cand_state = getattr(candidate, module).state_dict()
         for key, value in ref_state.items():
-            if value.is_floating_point():
-                keys.append(f"{module}.{key}")
-                ref.append(value.float())
-                cand.append(cand_state[key].float())
+            if not value.is_floating_point():
+                continue
+            a, b = value.float(), cand_state[key].float()
+            name = f"{module}.{key}"
+            if key.endswith("running_mean"):
+                var = ref_state[key[: -len("mean")] + "var"].float()
+                note("batchnorm", float(((a - b).abs() / (var + BN_EPS).sqrt()).max()), name)
+            elif key.endswith("running_var"):
+                note("batchnorm", float(((a - b).abs() / (a + BN_EPS)).max()), name)
+            else:
+                scale = max(float(torch.linalg.vector_norm(a)), PARAM_NORM_FLOOR)
+                note("parameters", float(torch.linalg.vector_norm(a - b)) / scale, name)
+    after_ref, after_cand = parameters_of(reference), parameters_of(candidate)
+    step_ref = torch.cat([(after_ref[k] - before[k]).flatten() for k in before])
+    step_cand = torch.cat([(after_cand[k] - before[k]).flatten() for k in before])
+    note("update", rel(step_ref, step_cand), "all parameters")
     for name in ("actor_optimizer", "critic_optimizer", "temperature_optimizer"):
         ref_opt, cand_opt = getattr(reference, name), getattr(candidate, name)
-        for index, (p_ref, p_cand) in enumerate(
-            zip(ref_opt.param_groups[0]["params"], cand_opt.param_groups[0]["params"], strict=True)
-        ):
+        pairs = zip(ref_opt.param_groups[0]["params"], cand_opt.param_groups[0]["params"], strict=True)
+        ref_m, cand_m = [], []
+        for p_ref, p_cand in pairs:
             for moment in ("exp_avg", "exp_avg_sq"):
-                keys.append(f"{name}.{index}.{moment}")
-                ref.append(ref_opt.state[p_ref][moment].float())
-                cand.append(cand_opt.state[p_cand][moment].float())
-    diff_norms = torch.stack(torch._foreach_norm(torch._foreach_sub(ref, cand)))
-    ref_norms = torch.stack(torch._foreach_norm(ref))
-    rel = torch.where(ref_norms > 0, diff_norms / ref_norms.clamp_min(1e-30), diff_norms)
-    rel = torch.nan_to_num(rel, nan=float("inf"))
-    worst = int(rel.argmax())
-    return float(rel[worst]), keys[worst]
+                ref_m.append(ref_opt.state[p_ref][moment].float().flatten())
+                cand_m.append(cand_opt.state[p_cand][moment].float().flatten())
+        note("optimizer", rel(torch.cat(ref_m), torch.cat(cand_m)), name)
+    return worst
 
 
 def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dict[str, Any]:
@@ -229,7 +286,8 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
     own_iteration_failures: list[str] = []
     tracking_failures: list[str] = []
     worst_metric = (0.0, "")
-    worst_state = (0.0, "")
+    worst_state: dict[str, tuple[float, str]] = {}
+    errors_by_kind: dict[str, list[float]] = {}
     delayed_reads = 0
     iteration_ms: list[float] = []
     lrs: list[float] = []
@@ -245,6 +303,7 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
             rewards = torch.randn(2, 64, device="cuda", generator=reward_generator)
             dones = (torch.rand(2, 64, device="cuda", generator=reward_generator) < 0.05).float()
             reference.load_state_dict(copy.deepcopy(learner.get_state_dict()))
+            before = parameters_of(learner)
             for model in (learner, reference):
                 model.update_reward_stats(rewards, dones)
             rng_state = (torch.random.get_rng_state(), torch.cuda.get_rng_state())
@@ -256,11 +315,12 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
             torch.cuda.set_rng_state(rng_state[1])
             run_updates(reference, chunk, None)
             reference_metrics.append(reference.read_deferred_metrics())
-            drift, entry = state_drift(torch, reference, learner)
-            if drift > worst_state[0] or not math.isfinite(drift):
-                worst_state = (drift, f"iter {iteration + offset} {entry}")
-            if not drift <= PARAM_REL_TOL:
-                tracking_failures.append(f"iter {iteration + offset} {entry}: {drift:.3g}")
+            for kind, (error, entry) in tracking_errors(torch, before, reference, learner).items():
+                errors_by_kind.setdefault(kind, []).append(error)
+                if kind not in worst_state or error > worst_state[kind][0]:
+                    worst_state[kind] = (error, f"iter {iteration + offset} {entry}")
+                if not error <= TRACKING_TOL[kind]:
+                    tracking_failures.append(f"iter {iteration + offset} {kind} {entry}: {error:.3g}")
             lrs.append(float(learner.critic_optimizer.param_groups[0]["lr"]))
         got = learner.read_deferred_metrics()
         expected = expected_from_peeks(learner, peeks)
@@ -282,6 +342,11 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
         for key, value in counters["inductor"].items()
         if value != inductor_after_warm_up.get(key, 0)
     }
+    median_failures = [
+        f"median {kind} {statistics.median(errors_by_kind[kind]):.3g} > {tol:g}"
+        for kind, tol in TRACKING_MEDIAN_TOL.items()
+        if not statistics.median(errors_by_kind[kind]) <= tol
+    ]
     rerecorded = sum(v for k, v in inductor_delta.items() if "cudagraph" in k and "record" in k)
     # A learner that fell back (one warning, switch off) would pass on the per-update
     # path without its graph ever replaying: the path must still be on at the end.
@@ -292,6 +357,7 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
         "passed": bool(
             not own_iteration_failures
             and not tracking_failures
+            and not median_failures
             and graphs_compiled_after_warm_up == 0
             and rerecorded == 0
             and graph_kept
@@ -303,9 +369,22 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
         "own_iteration_metric_mismatch_count": len(own_iteration_failures),
         "tracking_failures": tracking_failures[:20],
         "tracking_failure_count": len(tracking_failures),
-        "param_rel_tol": PARAM_REL_TOL,
-        "worst_state_relative_difference": worst_state[0],
-        "worst_state_entry": worst_state[1],
+        "tracking_tol": TRACKING_TOL,
+        "tracking_median_tol": TRACKING_MEDIAN_TOL,
+        "tracking_median_failures": median_failures,
+        "worst_tracking_error_by_kind": {
+            kind: {"error": error, "entry": entry} for kind, (error, entry) in worst_state.items()
+        },
+        "tracking_error_quantiles_by_kind": {
+            kind: {
+                "first_iterations": [round(e, 9) for e in errors[:10]],
+                "iterations_above_1e-3": sum(e > 1e-3 for e in errors),
+                "median": statistics.median(errors),
+                "p99": sorted(errors)[int(0.99 * (len(errors) - 1))],
+                "max": max(errors),
+            }
+            for kind, errors in errors_by_kind.items()
+        },
         "metric_rel_tol": METRIC_REL_TOL,
         "worst_metric_relative_difference": worst_metric[0],
         "worst_metric_entry": worst_metric[1],

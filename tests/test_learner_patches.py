@@ -384,12 +384,17 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
         assert params.finite_guard is True
         assert params.deferred_metrics is True
         assert params.use_cuda_graph_critic is False and params.use_cuda_graph_actor is False
-        # The four configurations of the original report, from the command line alone.
+        assert params.use_whole_cycle_cuda_graph is True  # the recommended default
+        # The four configurations of the original report, from the command line alone:
+        # each turns the whole-iteration graph off, as the config's comment says.
+        off = "algo.algo_params.use_whole_cycle_cuda_graph=false"
         selections = {
-            "eager": ["algo.algo_params.use_compile=false"],
-            "loss_only_compile": ["algo.algo_params.compile_full_objectives=false"],
-            "full_objective_compile": [],
+            "whole_iteration_graph": [],
+            "eager": [off, "algo.algo_params.use_compile=false"],
+            "loss_only_compile": [off, "algo.algo_params.compile_full_objectives=false"],
+            "full_objective_compile": [off],
             "full_objective_compile_manual_graphs": [
+                off,
                 "algo.algo_params.use_cuda_graph_critic=true",
                 "algo.algo_params.use_cuda_graph_actor=true",
             ],
@@ -401,12 +406,14 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
                 p.use_compile,
                 p.compile_full_objectives,
                 p.use_cuda_graph_critic and p.use_cuda_graph_actor,
+                p.use_whole_cycle_cuda_graph,
             )
     assert chosen == {
-        "eager": (False, True, False),
-        "loss_only_compile": (True, False, False),
-        "full_objective_compile": (True, True, False),
-        "full_objective_compile_manual_graphs": (True, True, True),
+        "whole_iteration_graph": (True, True, False, True),
+        "eager": (False, True, False, False),
+        "loss_only_compile": (True, False, False, False),
+        "full_objective_compile": (True, True, False, False),
+        "full_objective_compile_manual_graphs": (True, True, True, False),
     }
 
 

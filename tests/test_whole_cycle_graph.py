@@ -10,11 +10,12 @@ batch slices, the staged learning rates and the key that decides a re-capture.
 from __future__ import annotations
 
 import ast
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from test_learner_patches import run_snippet
+from test_learner_patches import PROJECT, run_snippet
 
 SWITCH = "use_whole_cycle_cuda_graph"
 
@@ -51,18 +52,30 @@ def run_baseline_iteration(learner, large, updates_per_step, policy_frequency, b
 """
 
 
-def test_config_key_exists_default_off_and_bench_override_selects_it(
+def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
     patched_unilab_root: Path,
 ) -> None:
+    """The tree's default is the graph; the bench's other overlay configurations turn it off."""
     from hydra import compose, initialize_config_dir
+
+    sys.path.insert(0, str(PROJECT / "experiments"))
+    import bench_configs
 
     conf = patched_unilab_root / "src" / "unilab" / "conf" / "flashsac"
     with initialize_config_dir(config_dir=str(conf), version_base=None):
-        params = compose("config").algo.algo_params
-        assert params[SWITCH] is False
-        # experiments/bench_configs.py's `iteration-graph` override.
-        chosen = compose("config", overrides=[f"++algo.algo_params.{SWITCH}=true"]).algo.algo_params
-        assert chosen[SWITCH] is True
+        assert compose("config").algo.algo_params[SWITCH] is True
+        chosen = {
+            name: compose("config", overrides=list(config.overrides)).algo.algo_params[SWITCH]
+            for name, config in bench_configs.CONFIGS.items()
+            if config.source == "overlay"
+        }
+    assert chosen == {
+        "eager": False,
+        "compile": False,
+        "compile-graphs": False,
+        "iteration-graph": True,
+        "patched-default": True,
+    }
 
 
 def test_builder_and_learner_read_the_switch(patched_uni_rl_root: Path) -> None:
