@@ -21,6 +21,8 @@ LearnerSource = Literal["overlay", "baseline", "installed"]
 #: run only when the UniLab tree's flashsac config.yaml carries this key, i.e. once
 #: the learner patch that implements it is in the series.
 ITERATION_GRAPH_KEY = "algo.algo_params.use_whole_cycle_cuda_graph"
+#: The patched config's switch for the collector's inference through a CUDA graph (patch 0009).
+INFERENCE_GRAPH_KEY = "algo.algo_params.use_cuda_graph_inference"
 
 _P = "++algo.algo_params."
 #: The whole-iteration graph is the patched tree's default: every other overlay configuration turns it off.
@@ -73,6 +75,14 @@ CONFIGS: dict[str, BenchConfig] = {
             requires_key=ITERATION_GRAPH_KEY,
         ),
         BenchConfig(
+            "iteration-graph-inference",
+            "whole-iteration graph + graphed inference",
+            "overlay",
+            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
+             f"++{ITERATION_GRAPH_KEY}=true", f"++{INFERENCE_GRAPH_KEY}=true"),
+            requires_key=INFERENCE_GRAPH_KEY,
+        ),
+        BenchConfig(
             "baseline-1.3.2",
             "unpatched unilab-rl 1.3.2 (eager)",
             "baseline",
@@ -99,7 +109,8 @@ CONFIGS: dict[str, BenchConfig] = {
 
 #: The matrix of `make bench`, in the order runs alternate within a round.
 MATRIX_CONFIGS: tuple[str, ...] = (
-    "baseline-1.3.2", "eager", "compile", "compile-graphs", "iteration-graph", "upstream-1.4.0",
+    "baseline-1.3.2", "eager", "compile", "compile-graphs", "iteration-graph", "iteration-graph-inference",
+    "upstream-1.4.0",
 )
 
 

@@ -54,7 +54,7 @@ for mode in "$@"; do
       done
       ;;
     bench)
-      configs=${CONFIGS:-baseline-1.3.2,upstream-1.4.0,iteration-graph,compile,compile-graphs,eager}
+      configs=${CONFIGS:-baseline-1.3.2,upstream-1.4.0,iteration-graph,iteration-graph-inference,compile,compile-graphs,eager}
       for gpu_schedule in 0:2 1:8; do
         on_gpu "${gpu_schedule%%:*}" "bench-schedule${gpu_schedule##*:}" bash experiments/device_bench.sh bench \
           SCHEDULES="${gpu_schedule##*:}" CONFIGS="$configs" ITERATIONS="${ITERATIONS:-300}" \

@@ -535,6 +535,52 @@ def first_update_probe(
     return probe
 
 
+#: Graphed vs eager inference forward (same kernels, replayed): relative L2 of mean, std, actions.
+INFERENCE_GRAPH_REL_TOL = 1e-6
+
+
+def inference_probe(learner: Any, obs: Any) -> dict[str, Any]:
+    """The learner's graphed inference policy against the actor's eager ``explore``.
+
+    After training (parameters and BatchNorm statistics changed in place since the
+    capture), both answer three consecutive requests from the same exploration state and
+    random stream: a graph that read stale memory would answer with the old policy.
+    On a device without the graph both sides are the eager actor (the harness's own test).
+    """
+    import torch
+
+    actor, policy = learner.actor, learner.inference_policy
+    dones = torch.zeros(obs.shape[0], device=obs.device)
+
+    def answers(explore: Any) -> list[Any]:
+        state = {name: getattr(actor, name).clone() for name in ("_noise", "_repeat_count", "_repeat_target")}
+        cuda = obs.device.type == "cuda"
+        rng = torch.cuda.get_rng_state(obs.device) if cuda else torch.random.get_rng_state()
+        out = [explore(obs, dones=dones) for _ in range(3)]
+        if cuda:
+            torch.cuda.set_rng_state(rng, obs.device)
+        else:
+            torch.random.set_rng_state(rng)
+        for name, value in state.items():
+            setattr(actor, name, value)
+        return out
+
+    eager, graphed = answers(actor.explore), answers(policy.explore)
+    with torch.no_grad():
+        reference = actor.get_mean_and_std(obs, training=False)
+        replayed = policy.mean_and_std(obs) if hasattr(policy, "mean_and_std") else None
+    pairs = list(zip(eager, graphed)) + (list(zip(reference, replayed)) if replayed is not None else [])
+    worst = max(
+        float(torch.linalg.vector_norm(a.float() - b.float()) / torch.linalg.vector_norm(a.float()).clamp_min(1e-30))
+        for a, b in pairs
+    )
+    return {
+        "captured": bool(getattr(policy, "captured", False)),
+        "bitwise_equal": all(torch.equal(a, b) for a, b in pairs),
+        "worst_relative_difference": worst,
+    }
+
+
 def worker_main(args: argparse.Namespace) -> None:
     learner_module = _import_uni_rl(args.root)
     import torch
@@ -653,6 +699,8 @@ def worker_main(args: argparse.Namespace) -> None:
         result["audit"] = audit_cycle(learner, device_batches, int(config["policy_frequency"]))
     if config.get("explain"):
         result["explain"] = explain_objectives(learner, batches[0], config["device"])
+    if config.get("inference_probe"):
+        result["inference"] = inference_probe(learner, batches[0]["obs"].to(config["device"]))
     torch.save(result, args.out)
 
 
@@ -1229,6 +1277,7 @@ GPU_CONFIGS: dict[str, dict[str, Any]] = {
         "use_compile": True,
         "compile_full_objectives": True,
         "use_whole_cycle_cuda_graph": True,
+        "use_cuda_graph_inference": True,
     },
 }
 
@@ -1373,6 +1422,7 @@ def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
                     warm_up=True,
                     first_update_probe=True,
                     explain=name == "full_objective_compile",
+                    inference_probe=bool(switches.get("use_cuda_graph_inference")),
                 ),
             )
     jobs["patched/fp32/eager_one_ulp"] = (
@@ -1438,6 +1488,17 @@ def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
         and all(results[key]["whole_cycle_graph_active"] for key in requested),
         "rule": "the whole-iteration configurations still ran their graph (no fallback)",
         "configs": requested,
+    }
+    probed = {key: results[key]["inference"] for key in results if "inference" in results[key]}
+    checks["inference_graph_matches_eager"] = {
+        "passed": bool(probed)
+        and all(
+            item["captured"] and item["worst_relative_difference"] <= INFERENCE_GRAPH_REL_TOL
+            for item in probed.values()
+        ),
+        "rule": f"graphed inference forward captured, and within {INFERENCE_GRAPH_REL_TOL:g} of eager "
+        "(mean, std, three consecutive exploration actions) after training moved the weights",
+        "configs": probed,
     }
     checks["no_compilation_after_warm_up"] = {
         "passed": all(per_config[k]["graphs_compiled_after_warm_up"] == 0 for k in recommended),

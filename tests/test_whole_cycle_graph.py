@@ -74,6 +74,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "compile": False,
         "compile-graphs": False,
         "iteration-graph": True,
+        "iteration-graph-inference": True,
         "patched-default": True,
     }
 
@@ -363,3 +364,85 @@ def test_deferred_rows_append_as_per_update_records(patched_uni_rl_root: Path) -
     )
     assert result["one"] == result["many"] == {"a": 11 / 3, "b": 6.0, "c": 4.0}
     assert result["wrong_width"] == "refused"
+
+
+def test_inference_policy_hands_the_actor_its_forward_and_stays_eager_without_cuda(
+    patched_uni_rl_root: Path,
+) -> None:
+    """0009: explore with a precomputed forward equals explore; on CPU the switch warns once and turns off."""
+    result = run_snippet(
+        patched_uni_rl_root,
+        """
+        import inspect, warnings
+        from uni_rl.offpolicy.double_buffer_runner import DoubleBufferOffPolicyRunner as Runner
+        l = learner(finite_guard=True, deferred_metrics=True)
+        l.update_critic(batch(1)); l.update_actor(batch(1))
+        obs, dones = batch(2)["obs"], torch.zeros(32)
+        actor = l.actor
+
+        def answers(hand_over):
+            state = {n: getattr(actor, n).clone() for n in ("_noise", "_repeat_count", "_repeat_target")}
+            rng = torch.random.get_rng_state()
+            out = []
+            for _ in range(3):
+                forward = actor.get_mean_and_std(obs, training=False) if hand_over else None
+                out.append(actor.explore(obs, dones=dones, mean_and_std=forward))
+            torch.random.set_rng_state(rng)
+            for n, v in state.items():
+                setattr(actor, n, v)
+            return out
+
+        same = all(torch.equal(a, b) for a, b in zip(answers(False), answers(True)))
+        with_switch = learner(use_cuda_graph_inference=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            first, second = with_switch.inference_policy, with_switch.inference_policy
+        print(json.dumps({
+            "same_actions": same,
+            "cpu_policy_is_actor": first is with_switch.actor and second is with_switch.actor,
+            "switch_after": with_switch.use_cuda_graph_inference,
+            "warnings": sum("inference" in str(w.message) for w in caught),
+            "default_policy_is_actor": l.inference_policy is l.actor,
+            "runner_asks_learner": "inference_policy" in inspect.getsource(Runner._serve_learner_inference),
+        }))
+        """,
+    )
+    assert result == {
+        "same_actions": True,
+        "cpu_policy_is_actor": True,
+        "switch_after": False,
+        "warnings": 1,
+        "default_policy_is_actor": True,
+        "runner_asks_learner": True,
+    }
+
+
+def test_builder_reads_the_inference_switch_default_off(patched_uni_rl_root: Path, patched_unilab_root: Path) -> None:
+    """The builder and the UniLab config both know use_cuda_graph_inference, off until validated on a GPU."""
+    from hydra import compose, initialize_config_dir
+
+    source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
+    assert 'cfg.algo.algo_params.get("use_cuda_graph_inference", False)' in source
+    conf = patched_unilab_root / "src" / "unilab" / "conf" / "flashsac"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        assert compose("config").algo.algo_params.use_cuda_graph_inference is False
+
+
+def test_inference_probe_of_validate_numerics_replays_the_same_requests(patched_uni_rl_root: Path) -> None:
+    """The GPU gate's harness on CPU: both sides are the eager actor, so they must agree bitwise.
+
+    Three consecutive requests move the exploration state and the random stream; only a
+    harness that restores both between the two sides gets equal answers.
+    """
+    result = run_snippet(
+        patched_uni_rl_root,
+        f"""
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("vn", {str(PROJECT / "experiments" / "validate_numerics.py")!r})
+        vn = importlib.util.module_from_spec(spec); spec.loader.exec_module(vn)
+        l = learner(finite_guard=True, deferred_metrics=True)
+        l.update_critic(batch(1)); l.update_actor(batch(1))
+        print(json.dumps(vn.inference_probe(l, batch(2)["obs"])))
+        """,
+    )
+    assert result == {"captured": False, "bitwise_equal": True, "worst_relative_difference": 0.0}
