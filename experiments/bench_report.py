@@ -88,6 +88,16 @@ def _reference_means(groups: dict[tuple[str, str], list[dict[str, Any]]], refere
     return means
 
 
+def _reduction(mean: float, reference: dict[str, float], schedule: str) -> str:
+    """How much less time than the reference's mean in the same schedule, in percent."""
+    return f"{(1 - mean / reference[schedule]) * 100:.1f}%" if schedule in reference else "–"
+
+
+def _ratio(mean: float, reference: dict[str, float], schedule: str) -> str:
+    """The time as a multiple of the reference's mean in the same schedule."""
+    return f"{mean / reference[schedule]:.2f}×" if schedule in reference else "–"
+
+
 def summary_table(runs: Sequence[dict[str, Any]]) -> str:
     """Markdown table: configuration × schedule, learner and iter statistics, vs the references.
 
@@ -112,18 +122,12 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
             lines.append(f"| {_label(config, group)} | {schedule} | 0/{len(group)} | FAILED | | | | | | | | | | | |")
             continue
         lm, im = float(learner["mean_ms"]), float(it["mean_ms"])
-
-        def red(mean: float, ref: dict[str, float]) -> str:
-            return f"{(1 - mean / ref[schedule]) * 100:.1f}%" if schedule in ref else "–"
-
-        def ratio(mean: float, ref: dict[str, float]) -> str:
-            return f"{mean / ref[schedule]:.2f}×" if schedule in ref else "–"
-
         lines.append(
             f"| {_label(config, group)} | {schedule} | {len(ok)}/{len(group)} | "
             f"{_fmt(lm)} | {_fmt(learner['median_ms'])} | {_fmt(learner['p90_ms'])} | {_fmt(learner['p95_ms'])} | "
             f"{_fmt(im)} | {_fmt(it['median_ms'])} | {_fmt(it['p90_ms'])} | {_fmt(it['p95_ms'])} | "
-            f"{red(lm, base_l)} | {red(im, base_i)} | {ratio(lm, up_l)} | {ratio(im, up_i)} |"
+            f"{_reduction(lm, base_l, schedule)} | {_reduction(im, base_i, schedule)} | "
+            f"{_ratio(lm, up_l, schedule)} | {_ratio(im, up_i, schedule)} |"
         )
     return "\n".join(lines)
 
