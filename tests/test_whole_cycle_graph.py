@@ -446,3 +446,42 @@ def test_inference_probe_of_validate_numerics_replays_the_same_requests(patched_
         """,
     )
     assert result == {"captured": False, "bitwise_equal": True, "worst_relative_difference": 0.0}
+
+
+def test_replay_tracking_gate_catches_a_stale_learning_rate(patched_uni_rl_root: Path) -> None:
+    """validate_replay_stability's ``update`` error: 0 for the same step, above its median gate for a 0.5 % rate error.
+
+    A graph that kept a stale learning rate would differ from eager exactly so (the
+    schedule changes the rate by ~0.5 % per step in its warm-up).
+    """
+    result = run_snippet(
+        patched_uni_rl_root,
+        f"""
+        import copy, importlib.util
+        spec = importlib.util.spec_from_file_location("rs", {str(PROJECT / "experiments" / "validate_replay_stability.py")!r})
+        rs = importlib.util.module_from_spec(spec); spec.loader.exec_module(rs)
+        from uni_rl.algos.flash_sac import learner as L
+
+        def build():
+            torch.manual_seed(11)
+            return L.FlashSACLearner(device="cpu", **dict(rs.LEARNER_KWARGS, **rs.DIMS))
+
+        batches = rs.make_batches(torch, "cpu")
+        reference, candidate = build(), build()
+        errors = {{}}
+        for label, scale in (("same", 1.0), ("stale", 1.005)):
+            for _ in range(3):  # past Adam's first steps
+                rs.run_updates(reference, batches[:2], None); reference.read_deferred_metrics()
+            candidate.load_state_dict(copy.deepcopy(reference.get_state_dict()))
+            before = rs.parameters_of(reference)
+            for group in candidate.critic_optimizer.param_groups:
+                group["lr"] = group["lr"] * scale
+            rng = torch.random.get_rng_state()
+            rs.run_updates(reference, batches[2:4], None); reference.read_deferred_metrics()
+            torch.random.set_rng_state(rng)
+            rs.run_updates(candidate, batches[2:4], None); candidate.read_deferred_metrics()
+            errors[label] = rs.tracking_errors(torch, before, reference, candidate)["update"][0]
+        print(json.dumps({{"same": errors["same"], "stale_caught": errors["stale"] > rs.TRACKING_MEDIAN_TOL["update"]}}))
+        """,
+    )
+    assert result == {"same": 0.0, "stale_caught": True}
