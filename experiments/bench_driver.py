@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bench_env
+import bench_env  # also puts scripts/ (the applier's patchset package) on sys.path
 from bench_env import BenchSetupError
-
-sys.path.insert(0, str(bench_env.PROJECT_DIR / "scripts"))
-from patchset.errors import PatchsetError  # noqa: E402
-from patchset.fetch import pinned_artifact  # noqa: E402
-from patchset.trees import extract_wheel_package  # noqa: E402
+from patchset.errors import PatchsetError
+from patchset.fetch import pinned_artifact
+from patchset.trees import extract_wheel_package
 
 SINGLE_RUN = bench_env.EXPERIMENTS_DIR / "benchmark_flashsac_training.py"
 BASELINE_DIR = bench_env.PROJECT_DIR / "work" / "bench" / "unilab-rl-1.3.2"

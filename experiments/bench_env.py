@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT_DIR / "scripts"))
+from patchset.pins import load_pins  # noqa: E402
+
 EXPERIMENTS_DIR = Path(__file__).resolve().parent
 HOOK_DIR = EXPERIMENTS_DIR / "bench_child"
 OVERLAY_DIR = PROJECT_DIR / "overlay"
@@ -44,16 +47,22 @@ class BenchSetupError(RuntimeError):
     """A precondition of a benchmark run is not met; the message says which and how to fix it."""
 
 
-def read_versions_env(path: Path = PROJECT_DIR / "VERSIONS.env") -> dict[str, str]:
-    """KEY=VALUE pins; comments and blank lines ignored."""
-    pins: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        pins[key.strip()] = value.strip()
-    return pins
+def read_versions_env() -> dict[str, str]:
+    """VERSIONS.env's pins, read by the applier's own parser (one format, one error message)."""
+    return load_pins()
+
+
+def runtime_drift(pins: dict[str, str], torch_version: str, device: str | None) -> dict[str, str | None]:
+    """This process's torch and GPU against the pins (None where they match; device None: not compared).
+
+    For the validation reports, which run outside UniLab and so have no distribution
+    versions beyond torch to compare.
+    """
+    torch_pin, gpu_pin = pins.get("TORCH_VERSION"), pins.get("REFERENCE_GPU")
+    return {
+        "torch": None if torch_version == torch_pin else f"pinned {torch_pin}, ran {torch_version}",
+        "device": None if device is None or device == gpu_pin else f"reference {gpu_pin}, ran {device}",
+    }
 
 
 def version_drift(found: dict[str, str | None], pins: dict[str, str]) -> dict[str, dict[str, str | None]]:

@@ -46,7 +46,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_env  # noqa: E402  (VERSIONS.env, drift: one reader for the whole project)
 
 # Learner size: small enough for 2 CPU cores, same structure as the G1 setting.
 DIMS = {"obs_dim": 24, "critic_obs_dim": 30, "action_dim": 6}
@@ -123,17 +124,6 @@ TIER_A_SNAPSHOT = "2:critic"
 # target update), which the baseline, without the probe, offers for the critic.
 FIRST_CRITIC_SNAPSHOT = "0:actor"
 GPU_LEARNER_KWARGS = {"actor_hidden_dim": 128, "critic_hidden_dim": 256}
-
-
-def read_versions() -> dict[str, str]:
-    versions: dict[str, str] = {}
-    path = REPO_ROOT / "VERSIONS.env"
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, value = line.split("=", 1)
-            versions[key] = value
-    return versions
 
 
 # --------------------------------------------------------------------------- worker
@@ -1530,7 +1520,7 @@ def main() -> int:
 
     import torch
 
-    versions = read_versions()
+    versions = bench_env.read_versions_env()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="validate_numerics_") as tmp:
         workdir = Path(tmp)
@@ -1550,14 +1540,7 @@ def main() -> int:
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "pinned": {k: versions.get(k) for k in ("TORCH_VERSION", "UNILAB_RL_BASE_VERSION")},
-        "drift": {
-            "torch": None
-            if torch.__version__ == versions.get("TORCH_VERSION")
-            else f"pinned {versions.get('TORCH_VERSION')}, ran {torch.__version__}",
-            "device": None
-            if device == versions.get("REFERENCE_GPU") or args.mode == "cpu"
-            else f"reference {versions.get('REFERENCE_GPU')}, ran {device}",
-        },
+        "drift": bench_env.runtime_drift(versions, torch.__version__, None if args.mode == "cpu" else device),
         "baseline_root": str(args.baseline_root),
         "patched_root": str(args.patched_root),
         "seconds": round(time.perf_counter() - started, 1),

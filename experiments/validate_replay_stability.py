@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_env  # noqa: E402  (VERSIONS.env, drift: one reader for the whole project)
 DIMS = {"obs_dim": 24, "critic_obs_dim": 30, "action_dim": 6}
 LEARNER_KWARGS: dict[str, Any] = {
     "gamma": 0.97,
@@ -91,16 +92,6 @@ TRACKING_TOL = {"parameters": 1e-3, "batchnorm": 1e-3, "update": 5e-2, "optimize
 TRACKING_MEDIAN_TOL = {"update": 5e-4, "optimizer": 5e-4}
 BN_EPS = 1e-5
 PARAM_NORM_FLOOR = 1.0
-
-
-def read_versions() -> dict[str, str]:
-    versions: dict[str, str] = {}
-    for line in (REPO_ROOT / "VERSIONS.env").read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, value = line.split("=", 1)
-            versions[key] = value
-    return versions
 
 
 def make_batches(torch: Any, device: str) -> list[dict[str, Any]]:
@@ -426,7 +417,7 @@ def main() -> int:
         raise RuntimeError("validate_replay_stability.py needs a CUDA device")
     inductor_config.fallback_random = True
 
-    versions = read_versions()
+    versions = bench_env.read_versions_env()
     started = time.perf_counter()
     paths = {name: run_path(torch, learner_module, name, args.iterations) for name in args.paths}
     device = torch.cuda.get_device_name(0)
@@ -437,14 +428,7 @@ def main() -> int:
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "pinned": {k: versions.get(k) for k in ("TORCH_VERSION", "UNILAB_RL_BASE_VERSION")},
-        "drift": {
-            "torch": None
-            if torch.__version__ == versions.get("TORCH_VERSION")
-            else f"pinned {versions.get('TORCH_VERSION')}, ran {torch.__version__}",
-            "device": None
-            if device == versions.get("REFERENCE_GPU")
-            else f"reference {versions.get('REFERENCE_GPU')}, ran {device}",
-        },
+        "drift": bench_env.runtime_drift(versions, torch.__version__, device),
         "patched_root": str(args.patched_root),
         "seconds": round(time.perf_counter() - started, 1),
         "paths": paths,

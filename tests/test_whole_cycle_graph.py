@@ -437,9 +437,8 @@ def test_inference_probe_of_validate_numerics_replays_the_same_requests(patched_
     result = run_snippet(
         patched_uni_rl_root,
         f"""
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("vn", {str(PROJECT / "experiments" / "validate_numerics.py")!r})
-        vn = importlib.util.module_from_spec(spec); spec.loader.exec_module(vn)
+        sys.path.insert(0, {str(PROJECT / "experiments")!r})
+        import validate_numerics as vn
         l = learner(finite_guard=True, deferred_metrics=True)
         l.update_critic(batch(1)); l.update_actor(batch(1))
         print(json.dumps(vn.inference_probe(l, batch(2)["obs"])))
@@ -457,9 +456,9 @@ def test_replay_tracking_gate_catches_a_stale_learning_rate(patched_uni_rl_root:
     result = run_snippet(
         patched_uni_rl_root,
         f"""
-        import copy, importlib.util
-        spec = importlib.util.spec_from_file_location("rs", {str(PROJECT / "experiments" / "validate_replay_stability.py")!r})
-        rs = importlib.util.module_from_spec(spec); spec.loader.exec_module(rs)
+        import copy
+        sys.path.insert(0, {str(PROJECT / "experiments")!r})
+        import validate_replay_stability as rs
         from uni_rl.algos.flash_sac import learner as L
 
         def build():
