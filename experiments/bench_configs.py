@@ -25,8 +25,10 @@ ITERATION_GRAPH_KEY = "algo.algo_params.use_whole_cycle_cuda_graph"
 INFERENCE_GRAPH_KEY = "algo.algo_params.use_cuda_graph_inference"
 
 _P = "++algo.algo_params."
-#: The whole-iteration graph is the patched tree's default: every other overlay configuration turns it off.
+#: The whole-iteration graph and the graphed inference are the patched tree's defaults: the
+#: other overlay configurations turn them off, so that each one differs from the next by its switch.
 _NO_ITERATION_GRAPH = f"++{ITERATION_GRAPH_KEY}=false"
+_NO_INFERENCE_GRAPH = f"++{INFERENCE_GRAPH_KEY}=false"
 
 
 @dataclass(frozen=True)
@@ -50,28 +52,31 @@ CONFIGS: dict[str, BenchConfig] = {
             "deferred eager",
             "overlay",
             (f"{_P}use_compile=false", f"{_P}compile_full_objectives=false",
-             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false", _NO_ITERATION_GRAPH),
+             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false", _NO_ITERATION_GRAPH,
+             _NO_INFERENCE_GRAPH),
         ),
         BenchConfig(
             "compile",
             "full-objective compile",
             "overlay",
             (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
-             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false", _NO_ITERATION_GRAPH),
+             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false", _NO_ITERATION_GRAPH,
+             _NO_INFERENCE_GRAPH),
         ),
         BenchConfig(
             "compile-graphs",
             "full compile + manual graphs",
             "overlay",
             (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
-             f"{_P}use_cuda_graph_critic=true", f"{_P}use_cuda_graph_actor=true", _NO_ITERATION_GRAPH),
+             f"{_P}use_cuda_graph_critic=true", f"{_P}use_cuda_graph_actor=true", _NO_ITERATION_GRAPH,
+             _NO_INFERENCE_GRAPH),
         ),
         BenchConfig(
             "iteration-graph",
             "whole-iteration graph",
             "overlay",
             (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
-             f"++{ITERATION_GRAPH_KEY}=true"),
+             f"++{ITERATION_GRAPH_KEY}=true", _NO_INFERENCE_GRAPH),
             requires_key=ITERATION_GRAPH_KEY,
         ),
         BenchConfig(

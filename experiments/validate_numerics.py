@@ -23,7 +23,8 @@ gradients and BatchNorm statistics, and the drift after 12 iterations relative t
 measured drift of a one-ulp change (tolerances and their grounds: see the constants
 below); the patched eager learner's first critic update against the baseline's; graph breaks and
 recompiles of the compiled objectives; a host-sync audit and a kernel-launch count of
-one update cycle per configuration.
+one update cycle per configuration, at 2 critic / 1 actor and at 8 / 4 updates; the
+launches of one collector inference request, eager and graphed.
 
 The same configurations and gates run on CPU too (tests/test_learner_patches.py): a
 worker config ``compile_on_cpu`` lifts the learner's CUDA-only compile gate so that
@@ -282,7 +283,9 @@ def audit_cycle(
 ) -> dict[str, Any]:
     """Host syncs and launches of one warm update cycle, counted.
 
-    Syncs: ``torch.cuda.set_sync_debug_mode("warn")`` makes every synchronizing CUDA
+    One uncounted cycle runs first, so that what a first call of a schedule does once
+    (the whole-iteration graph's capture for a new schedule, a CUDA-graph recording) is
+    not counted. Syncs: ``torch.cuda.set_sync_debug_mode("warn")`` makes every synchronizing CUDA
     call (blocking copies, ``.item()``, stream syncs) raise a warning; they are counted
     inside the cycle and, separately, in the end-of-iteration metrics read (the
     baseline reads its metrics inside the cycle, so its read count is zero). Launches:
@@ -323,16 +326,35 @@ def audit_cycle(
         def cycle() -> None:
             _one_cycle(learner, batches, policy_frequency)
 
+    cycle()
+    if deferred:
+        learner.read_deferred_metrics()
+    torch.cuda.synchronize()
     syncs_in_cycle = count_syncs(cycle)
     syncs_in_read = count_syncs(learner.read_deferred_metrics) if deferred else 0
     torch.cuda.synchronize()
 
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    def cycle_and_read() -> None:
         cycle()
         if deferred:
             learner.read_deferred_metrics()
+
+    return {
+        "updates_in_cycle": len(batches),
+        "host_syncs_in_cycle": syncs_in_cycle,
+        "host_syncs_in_metrics_read": syncs_in_read,
+        **count_cuda_calls(cycle_and_read),
+    }
+
+
+def count_cuda_calls(fn: Callable[[], Any]) -> dict[str, Any]:
+    """The CUDA runtime/driver launch and copy calls the host made in ``fn``, and the
+    kernels and copies the device executed, recorded by ``torch.profiler``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
         torch.cuda.synchronize()
     host_calls: dict[str, int] = {}
     device_kernels = 0
@@ -342,12 +364,8 @@ def audit_cycle(
             device_kernels += 1
         elif name.startswith(("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cudaMemcpy")):
             host_calls[name] = host_calls.get(name, 0) + 1
-    launches = sum(v for k, v in host_calls.items() if "Launch" in k)
     return {
-        "updates_in_cycle": len(batches),
-        "host_syncs_in_cycle": syncs_in_cycle,
-        "host_syncs_in_metrics_read": syncs_in_read,
-        "host_launch_calls": launches,
+        "host_launch_calls": sum(v for k, v in host_calls.items() if "Launch" in k),
         "host_cuda_calls_by_name": host_calls,
         "device_kernels_and_copies": device_kernels,
     }
@@ -564,10 +582,16 @@ def inference_probe(learner: Any, obs: Any) -> dict[str, Any]:
         float(torch.linalg.vector_norm(a.float() - b.float()) / torch.linalg.vector_norm(a.float()).clamp_min(1e-30))
         for a, b in pairs
     )
+    counted = {}
+    if obs.device.type == "cuda":
+        # One request each, after the comparison: it moves the exploration state on.
+        for name, explore in (("eager", actor.explore), ("graphed", policy.explore)):
+            counted[name] = count_cuda_calls(lambda explore=explore: explore(obs, dones=dones))
     return {
         "captured": bool(getattr(policy, "captured", False)),
         "bitwise_equal": all(torch.equal(a, b) for a, b in pairs),
         "worst_relative_difference": worst,
+        "cuda_calls_per_request": counted,
     }
 
 
@@ -687,6 +711,14 @@ def worker_main(args: argparse.Namespace) -> None:
             for batch in batches[: int(config["updates_per_step"])]
         ]
         result["audit"] = audit_cycle(learner, device_batches, int(config["policy_frequency"]))
+        if config.get("audit_updates"):
+            # The large schedule too (e.g. 8 critic / 4 actor updates): after the gated
+            # checks above, since a whole-iteration graph captures again for it.
+            large = [
+                {k: v.to(config["device"]) for k, v in batch.items()}
+                for batch in batches[: int(config["audit_updates"])]
+            ]
+            result["audit_large"] = audit_cycle(learner, large, int(config["policy_frequency"]))
     if config.get("explain"):
         result["explain"] = explain_objectives(learner, batches[0], config["device"])
     if config.get("inference_probe"):
@@ -1390,6 +1422,7 @@ def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
         "policy_frequency": policy_frequency,
         "fallback_random": True,
         "audit": True,
+        "audit_updates": 8,
         "snapshot_at": [FIRST_CRITIC_SNAPSHOT, TIER_A_SNAPSHOT],
     }
     jobs: dict[str, tuple[Path, dict[str, Any]]] = {}
@@ -1447,6 +1480,7 @@ def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
     per_config = {
         key: {
             "audit": result.get("audit"),
+            "audit_8_updates": result.get("audit_large"),
             "warm_up_seconds": result.get("warm_up_seconds"),
             "training_seconds_12_iterations": result.get("seconds"),
             "graphs_compiled_after_warm_up": result.get("graphs_compiled_after_warm_up"),

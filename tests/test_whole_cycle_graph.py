@@ -55,27 +55,28 @@ def run_baseline_iteration(learner, large, updates_per_step, policy_frequency, b
 def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
     patched_unilab_root: Path,
 ) -> None:
-    """The tree's default is the graph; the bench's other overlay configurations turn it off."""
+    """The tree's defaults are both graphs; the bench's configurations turn off what they do not measure."""
     from hydra import compose, initialize_config_dir
 
     sys.path.insert(0, str(PROJECT / "experiments"))
     import bench_configs
 
     conf = patched_unilab_root / "src" / "unilab" / "conf" / "flashsac"
+    inference = bench_configs.INFERENCE_GRAPH_KEY.rsplit(".", 1)[1]
     with initialize_config_dir(config_dir=str(conf), version_base=None):
         assert compose("config").algo.algo_params[SWITCH] is True
-        chosen = {
-            name: compose("config", overrides=list(config.overrides)).algo.algo_params[SWITCH]
-            for name, config in bench_configs.CONFIGS.items()
-            if config.source == "overlay"
-        }
+        chosen = {}
+        for name, config in bench_configs.CONFIGS.items():
+            if config.source == "overlay":
+                params = compose("config", overrides=list(config.overrides)).algo.algo_params
+                chosen[name] = (params[SWITCH], params[inference])
     assert chosen == {
-        "eager": False,
-        "compile": False,
-        "compile-graphs": False,
-        "iteration-graph": True,
-        "iteration-graph-inference": True,
-        "patched-default": True,
+        "eager": (False, False),
+        "compile": (False, False),
+        "compile-graphs": (False, False),
+        "iteration-graph": (True, False),
+        "iteration-graph-inference": (True, True),
+        "patched-default": (True, True),
     }
 
 
@@ -417,15 +418,17 @@ def test_inference_policy_hands_the_actor_its_forward_and_stays_eager_without_cu
     }
 
 
-def test_builder_reads_the_inference_switch_default_off(patched_uni_rl_root: Path, patched_unilab_root: Path) -> None:
-    """The builder and the UniLab config both know use_cuda_graph_inference, off until validated on a GPU."""
+def test_inference_switch_builder_default_off_tree_default_on(
+    patched_uni_rl_root: Path, patched_unilab_root: Path
+) -> None:
+    """A config without use_cuda_graph_inference keeps 1.3.2's eager forward; the patched tree turns it on."""
     from hydra import compose, initialize_config_dir
 
     source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
     assert 'cfg.algo.algo_params.get("use_cuda_graph_inference", False)' in source
     conf = patched_unilab_root / "src" / "unilab" / "conf" / "flashsac"
     with initialize_config_dir(config_dir=str(conf), version_base=None):
-        assert compose("config").algo.algo_params.use_cuda_graph_inference is False
+        assert compose("config").algo.algo_params.use_cuda_graph_inference is True
 
 
 def test_inference_probe_of_validate_numerics_replays_the_same_requests(patched_uni_rl_root: Path) -> None:
@@ -444,7 +447,12 @@ def test_inference_probe_of_validate_numerics_replays_the_same_requests(patched_
         print(json.dumps(vn.inference_probe(l, batch(2)["obs"])))
         """,
     )
-    assert result == {"captured": False, "bitwise_equal": True, "worst_relative_difference": 0.0}
+    assert result == {
+        "captured": False,
+        "bitwise_equal": True,
+        "worst_relative_difference": 0.0,
+        "cuda_calls_per_request": {},
+    }
 
 
 def test_replay_tracking_gate_catches_a_stale_learning_rate(patched_uni_rl_root: Path) -> None:
