@@ -132,6 +132,69 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: The collector's per-cycle phases (``rows[*].collector_timing_ms``) shown beside the learner's
+#: inference time: who sets the pace, and what the collector waits for.
+COLLECTOR_PHASES = ("env_step_ms", "learner_action_wait_ms")
+
+
+def pooled_collector_phase(runs: Sequence[dict[str, Any]], phase: str) -> float | None:
+    """Mean of one collector phase over the summarized rows of all completed runs."""
+    values = [
+        row["collector_timing_ms"][phase]
+        for run in runs
+        if _ok(run)
+        for row in run["rows"]
+        if (row.get("collector_timing_ms") or {}).get(phase) is not None
+    ]
+    return fmean(values) if values else None
+
+
+def wall_per_iteration_ms(runs: Sequence[dict[str, Any]]) -> float | None:
+    """The runner's real period: wall-clock ms per iteration over the summarized rows.
+
+    ``iter_ms`` is the learner's busy part of an iteration; this is the whole period,
+    waits included, from the rows' wall clock (per step, so a gap in the rows counts right).
+    """
+    periods = []
+    for run in runs:
+        if not _ok(run):
+            continue
+        timed = [(row["step"], row["wall_s"]) for row in run["rows"] if row.get("wall_s") is not None]
+        periods += [(w1 - w0) * 1000 / (s1 - s0) for (s0, w0), (s1, w1) in zip(timed, timed[1:]) if s1 > s0]
+    return fmean(periods) if periods else None
+
+
+def pace_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Markdown table: the learner's iteration against the collector's own cycle.
+
+    *iter / cycle* below 1 means the learner finishes its iteration before the collector
+    its cycle: the collector sets the pace, and the runner's *wall per iteration* is then
+    the collector's cycle. The collector's *action wait* is the time it
+    waits for the learner's answer to an inference request per cycle; *inference* is the
+    learner's side of that answer (observation upload, forward, action download).
+    """
+    groups = group_runs(runs)
+    lines = [
+        "| configuration | schedule | iter mean | wall per iteration | collector cycle mean | iter / cycle "
+        "| collector env step | collector action wait | learner inference |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (config, schedule) in sorted(groups, key=lambda k: (k[1].split("/")[0].zfill(3), _config_order(k[0]))):
+        ok = [r for r in groups[(config, schedule)] if _ok(r)]
+        it, cycle, inference = (pooled(ok, f) for f in ("iter_ms", "collector_cycle_ms", "inference_ms"))
+        if it is None:
+            continue
+        cycle_ms = float(cycle["mean_ms"]) if cycle else None
+        ratio = f"{float(it['mean_ms']) / cycle_ms:.2f}" if cycle_ms else "–"
+        env_step, wait = (pooled_collector_phase(ok, phase) for phase in COLLECTOR_PHASES)
+        lines.append(
+            f"| {_label(config, ok)} | {schedule} | {_fmt(float(it['mean_ms']))} | {_fmt(wall_per_iteration_ms(ok))} | "
+            f"{_fmt(cycle_ms)} | {ratio} | "
+            f"{_fmt(env_step)} | {_fmt(wait)} | {_fmt(float(inference['mean_ms']) if inference else None)} |"
+        )
+    return "\n".join(lines)
+
+
 def warmup_table(runs: Sequence[dict[str, Any]]) -> str:
     """Compile/capture warm-up per run, kept out of the summary rows on purpose."""
     lines = [
@@ -191,7 +254,7 @@ def failures_section(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def write_summary(runs: Sequence[dict[str, Any]], path: Path, *, title: str, notes: str = "") -> None:
-    """summary.md: table, warm-up, environment, failures."""
+    """summary.md: timings, pace against the collector, warm-up, environment, failures."""
     first = runs[0] if runs else {}
     tc = first.get("training_config", {})
     text = (
@@ -200,6 +263,7 @@ def write_summary(runs: Sequence[dict[str, Any]], path: Path, *, title: str, not
         f"replay_buffer_n {tc.get('replay_buffer_n')}, learning_starts {tc.get('learning_starts')}, "
         f"{first.get('iterations')} iterations, statistics over the last {first.get('summary_last')}; times in ms.\n\n"
         f"{notes}\n\n## Timings\n\n{summary_table(runs)}\n\n"
+        f"## Learner vs collector pace (means over the same window)\n\n{pace_table(runs)}\n\n"
         f"## Compile / capture warm-up (not in the table above)\n\n{warmup_table(runs)}\n\n"
         f"## Environment\n\n{environment_section(runs)}\n\n## Failures\n\n{failures_section(runs)}\n"
     )

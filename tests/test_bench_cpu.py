@@ -13,6 +13,7 @@ import copy
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -216,6 +217,26 @@ def test_summary_table_reductions_and_ratios(tmp_path: Path) -> None:
     bench_report.write_summary([upstream, baseline, compiled, failed], md, title="t")
     text = md.read_text()
     assert "## Compile / capture warm-up" in text and "boom" in text and "NVIDIA H200" in text
+
+
+def test_pace_table_sets_the_iteration_against_the_collectors_cycle() -> None:
+    """iter / cycle and the collector's phases are means over the summarized rows, per configuration."""
+    run = _real_run()
+    failed = {"status": "failed", "config": "eager", "training_config": {"schedule": "2/1/1"}, "error": "boom"}
+    lines = bench_report.pace_table([run, failed]).splitlines()
+    assert len(lines) == 3  # header, rule, the one completed run: a failed run has no pace
+    cells = [c.strip() for c in lines[2].split("|")[1:-1]]
+    rows = run["rows"]
+    iter_mean = statistics.fmean(r["iter_ms"] for r in rows)
+    cycle_mean = statistics.fmean(r["collector_cycle_ms"] for r in rows)
+    assert float(cells[2]) == pytest.approx(iter_mean, abs=0.005)
+    period = (rows[-1]["wall_s"] - rows[0]["wall_s"]) * 1000 / (rows[-1]["step"] - rows[0]["step"])
+    assert float(cells[3]) == pytest.approx(period, abs=0.005)  # contiguous rows: the mean period
+    assert float(cells[4]) == pytest.approx(cycle_mean, abs=0.005)
+    assert cells[5] == f"{iter_mean / cycle_mean:.2f}"
+    wait = statistics.fmean(r["collector_timing_ms"]["learner_action_wait_ms"] for r in rows)
+    assert float(cells[7]) == pytest.approx(wait, abs=0.005)
+    assert float(cells[8]) == pytest.approx(statistics.fmean(r["inference_ms"] for r in rows), abs=0.005)
 
 
 def test_plots_are_real_pngs(tmp_path: Path) -> None:
