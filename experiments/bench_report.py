@@ -58,6 +58,17 @@ def _config_order(name: str) -> tuple[int, str]:
     return (order.index(name) if name in order else len(order), name)
 
 
+def _schedule_order(schedule: str) -> str:
+    """"2/1/1" before "8/4/4" before "16/8/8": by critic updates, numerically."""
+    return schedule.split("/")[0].zfill(3)
+
+
+def _table_order(key: tuple[str, str]) -> tuple[str, tuple[int, str]]:
+    """(configuration, schedule) rows: by schedule, then in the matrix's configuration order."""
+    config, schedule = key
+    return _schedule_order(schedule), _config_order(config)
+
+
 def _label(name: str, runs: Sequence[dict[str, Any]]) -> str:
     if name in bench_configs.CONFIGS:
         return bench_configs.CONFIGS[name].label
@@ -114,7 +125,7 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
         "| learner reduction vs 1.3.2 | iter reduction vs 1.3.2 | learner × vs 1.4.0 | iter × vs 1.4.0 |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (config, schedule) in sorted(groups, key=lambda k: (k[1].split("/")[0].zfill(3), _config_order(k[0]))):
+    for (config, schedule) in sorted(groups, key=_table_order):
         group = groups[(config, schedule)]
         ok = [r for r in group if _ok(r)]
         learner, it = pooled(ok, "learner_train_ms"), pooled(ok, "iter_ms")
@@ -179,18 +190,19 @@ def pace_table(runs: Sequence[dict[str, Any]]) -> str:
         "| collector env step | collector action wait | learner inference |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (config, schedule) in sorted(groups, key=lambda k: (k[1].split("/")[0].zfill(3), _config_order(k[0]))):
+    for (config, schedule) in sorted(groups, key=_table_order):
         ok = [r for r in groups[(config, schedule)] if _ok(r)]
         it, cycle, inference = (pooled(ok, f) for f in ("iter_ms", "collector_cycle_ms", "inference_ms"))
         if it is None:
             continue
+        iter_ms = float(it["mean_ms"])
         cycle_ms = float(cycle["mean_ms"]) if cycle else None
-        ratio = f"{float(it['mean_ms']) / cycle_ms:.2f}" if cycle_ms else "–"
+        ratio = f"{iter_ms / cycle_ms:.2f}" if cycle_ms else "–"
         env_step, wait = (pooled_collector_phase(ok, phase) for phase in COLLECTOR_PHASES)
         lines.append(
-            f"| {_label(config, ok)} | {schedule} | {_fmt(float(it['mean_ms']))} | {_fmt(wall_per_iteration_ms(ok))} | "
-            f"{_fmt(cycle_ms)} | {ratio} | "
-            f"{_fmt(env_step)} | {_fmt(wait)} | {_fmt(float(inference['mean_ms']) if inference else None)} |"
+            f"| {_label(config, ok)} | {schedule} | {_fmt(iter_ms)} | {_fmt(wall_per_iteration_ms(ok))} | "
+            f"{_fmt(cycle_ms)} | {ratio} | {_fmt(env_step)} | {_fmt(wait)} | "
+            f"{_fmt(float(inference['mean_ms']) if inference else None)} |"
         )
     return "\n".join(lines)
 
@@ -277,7 +289,7 @@ def plot_timings(runs: Sequence[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    schedules = sorted({_schedule(r) for r in runs}, key=lambda s: s.split("/")[0].zfill(3)) or ["?"]
+    schedules = sorted({_schedule(r) for r in runs}, key=_schedule_order) or ["?"]
     fig, axes = plt.subplots(2, len(schedules), figsize=(7 * len(schedules), 8), squeeze=False, sharex="col")
     for col, schedule in enumerate(schedules):
         for run in (r for r in runs if _schedule(r) == schedule and r.get("rows_all")):
