@@ -16,6 +16,9 @@ from typing import Literal
 #: ``baseline``: a folder holding the pristine ``uni_rl`` of the unilab-rl 1.3.2 wheel;
 #: ``installed``: the environment's own unilab-rl (1.4.0), with no overlay on the path.
 LearnerSource = Literal["overlay", "baseline", "installed"]
+#: Which UniLab tree a configuration trains on: ``patched`` (the series applied: collector and config
+#: patches) or ``pristine`` (the pinned UniLab 1.3.2 sdist, unchanged).
+TreeKind = Literal["patched", "pristine"]
 
 #: The patched config's switch for the whole-iteration graph. The configuration is
 #: run only when the UniLab tree's flashsac config.yaml carries this key, i.e. once
@@ -42,6 +45,11 @@ class BenchConfig:
     reference: Literal["baseline", "upstream", None] = None
     requires_key: str | None = None
     notes: str = field(default="", compare=False)
+
+    @property
+    def tree(self) -> TreeKind:
+        """The references are what a user has without us: stock learner on the stock UniLab tree."""
+        return "pristine" if self.reference else "patched"
 
 
 CONFIGS: dict[str, BenchConfig] = {
@@ -151,3 +159,38 @@ def config_overrides_for_compile_flag(compile_flag: bool | None) -> tuple[str, .
         return ()
     value = str(compile_flag).lower()
     return (f"{_P}use_compile={value}", f"{_P}compile_full_objectives={value}", _NO_ITERATION_GRAPH)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A named training setting: the Hydra values it sets and the schedules a matrix runs it at.
+
+    ``schedules`` lists ``updates_per_step`` values; ``None`` means the tree's own value (no override).
+    """
+
+    name: str
+    label: str
+    values: tuple[tuple[str, int], ...]
+    schedules: tuple[int | None, ...]
+
+    def value(self, key: str) -> int | None:
+        """The setting's value for an ``algo.<key>``, or None where the tree's config decides."""
+        return dict(self.values).get(key)
+
+
+#: The two settings every speed claim is measured at: the original report's, and UniLab's own G1 MuJoCo
+#: task defaults (``conf/flashsac/task/g1_walk_flat/mujoco.yaml``: 4096 envs, batch 2048, 8/4/4,
+#: replay_buffer_n 256), which take no overrides at all.
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        Setting(
+            "report",
+            "the original report's: 256 envs, batch 256, replay_buffer_n 32, learning_starts 8",
+            (("num_envs", 256), ("batch_size", 256), ("replay_buffer_n", 32), ("learning_starts", 8),
+             ("policy_frequency", 2)),
+            tuple(s.updates_per_step for s in SCHEDULES),
+        ),
+        Setting("unilab-default", "UniLab's own G1 MuJoCo task defaults (no overrides)", (), (None,)),
+    )
+}

@@ -27,10 +27,11 @@ import bench_env  # also puts scripts/ (the applier's patchset package) on sys.p
 from bench_env import BenchSetupError
 from patchset.errors import PatchsetError
 from patchset.fetch import pinned_artifact
-from patchset.trees import extract_wheel_package
+from patchset.trees import create_embedded_tree, extract_wheel_package
 
 SINGLE_RUN = bench_env.EXPERIMENTS_DIR / "benchmark_flashsac_training.py"
 BASELINE_DIR = bench_env.PROJECT_DIR / "work" / "bench" / "unilab-rl-1.3.2"
+PRISTINE_TREE_DIR = bench_env.PROJECT_DIR / "work" / "bench" / "unilab-1.3.2-pristine"
 
 
 def machine_slug(gpu: str) -> str:
@@ -72,6 +73,28 @@ def prepare_baseline(explicit_dir: Path | None, wheel: Path | None) -> Path:
     extract_wheel_package(verified, "uni_rl", BASELINE_DIR)
     stamp.write_text(want + "\n")
     return BASELINE_DIR
+
+
+def prepare_pristine_tree(sdist: Path | None = None) -> Path:
+    """The unpatched UniLab 1.3.2 tree the references train on, made once from the verified sdist.
+
+    The references must be what a user has without this project: the stock learner on the stock tree.
+    Since the series patches UniLab's collector too, running them on the applied tree would credit
+    them with our collector work. Made under the git-ignored work/ (an offline GPU host reuses it).
+    """
+    pins = bench_env.read_versions_env()
+    want = pins["UNILAB_SDIST_SHA256"]
+    stamp = PRISTINE_TREE_DIR.parent / ".unilab-1.3.2-pristine.sha256"
+    if stamp.is_file() and stamp.read_text().strip() == want and (PRISTINE_TREE_DIR / bench_env.TRAIN_SCRIPT_REL).is_file():
+        return PRISTINE_TREE_DIR
+    try:
+        verified = pinned_artifact(pins["UNILAB_SDIST"], want, sdist)
+        shutil.rmtree(PRISTINE_TREE_DIR, ignore_errors=True)
+        create_embedded_tree(verified, PRISTINE_TREE_DIR)
+    except PatchsetError as exc:
+        raise BenchSetupError(str(exc)) from exc
+    stamp.write_text(want + "\n")
+    return PRISTINE_TREE_DIR
 
 
 def inductor_cache_empty() -> bool:
@@ -121,10 +144,11 @@ def parse_check(text: str) -> tuple[str, str]:
 
 @dataclass
 class RunSpec:
-    """One planned run of the single-run script."""
+    """One planned run of the single-run script; ``updates_per_step`` None: the setting's tree value."""
 
     config: str
-    updates_per_step: int
+    updates_per_step: int | None
+    setting: str = "report"
     seed: int | None = None
     extra: list[str] = field(default_factory=list)
 
@@ -148,8 +172,10 @@ def single_run_argv(
     spec: RunSpec, *, common: Sequence[str], output: Path, run_dir: Path,
 ) -> list[str]:
     """Command line of the single-run script for one planned run."""
-    argv = [sys.executable, str(SINGLE_RUN), *common, "--config", spec.config,
-            "--updates-per-step", str(spec.updates_per_step), "--output", str(output), "--run-dir", str(run_dir)]
+    argv = [sys.executable, str(SINGLE_RUN), *common, "--config", spec.config, "--setting", spec.setting,
+            "--output", str(output), "--run-dir", str(run_dir)]
+    if spec.updates_per_step is not None:
+        argv += ["--updates-per-step", str(spec.updates_per_step)]
     if spec.seed is not None:
         argv += ["--seed", str(spec.seed)]
     return argv + spec.extra
@@ -160,7 +186,7 @@ def ensure_record(output: Path, spec: RunSpec, schedule_label: str, code: int) -
     if output.exists():
         return
     output.write_text(json.dumps({
-        "status": "failed", "returncode": code, "config": spec.config,
+        "status": "failed", "returncode": code, "config": spec.config, "setting": spec.setting,
         "training_config": {"schedule": schedule_label, "updates_per_step": spec.updates_per_step, "seed": spec.seed},
         "error": f"the single-run script exited {code} before writing its JSON (see the log above)",
     }, indent=2) + "\n", encoding="utf-8")

@@ -47,13 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unilab-root", type=Path, default=Path(os.environ.get("UNILAB", bench_env.DEFAULT_UNILAB_ROOT)))
     p.add_argument("--iterations", type=int, help="default 1000 (QUICK: 60)")
     p.add_argument("--summary-last", type=int, help="default 500 (QUICK: 30)")
-    p.add_argument("--num-envs", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--replay-buffer-n", type=int, default=32)
-    p.add_argument("--learning-starts", type=int, default=8)
-    p.add_argument("--policy-frequency", type=int, default=2)
-    p.add_argument("--schedules", type=_csv_ints, default=[s.updates_per_step for s in bench_configs.SCHEDULES],
-                   help="updates_per_step values (default: 2,8 = schedules 2/1/1 and 8/4/4)")
+    p.add_argument("--settings", type=_csv, default=["report"],
+                   help=f"named settings, alternated within each round (known: {','.join(bench_configs.SETTINGS)}; "
+                        "default: report)")
+    p.add_argument("--schedules", type=_csv_ints,
+                   help="updates_per_step values of the settings that take a schedule (report; default: 2,8 = "
+                        "2/1/1 and 8/4/4); unilab-default always trains at the tree's own schedule (8/4/4)")
     p.add_argument("--configs", type=_csv, default=list(bench_configs.MATRIX_CONFIGS),
                    help=f"configurations (default: {','.join(bench_configs.MATRIX_CONFIGS)})")
     p.add_argument("--repeats", type=int, default=1, help="rounds over the whole matrix")
@@ -66,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-verify", action="store_true",
                    help="development only: do not require `python -m patchset status` (recorded in every run)")
     p.add_argument("--overlay", type=Path, default=bench_env.OVERLAY_DIR)
+    p.add_argument("--pristine-unilab-root", type=Path,
+                   help="unpatched UniLab 1.3.2 tree for the references (default: made from the pinned sdist "
+                        "under work/bench/)")
     p.add_argument("--baseline-uni-rl", type=Path, help="folder with pristine unilab-rl 1.3.2 uni_rl/")
     p.add_argument("--baseline-wheel", type=Path, help="the pinned unilab-rl 1.3.2 wheel to extract it from")
     p.add_argument("--check", action="append", default=[], metavar="NAME=COMMAND",
@@ -77,14 +79,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def plan(configs: Sequence[str], schedules: Sequence[int], repeats: int) -> list[bench_driver.RunSpec]:
-    """Alternating order: configurations innermost, reversed on odd rounds."""
+def plan(
+    configs: Sequence[str], settings: Sequence[str], repeats: int, schedules: Sequence[int] | None = None,
+) -> list[bench_driver.RunSpec]:
+    """Alternating order: configurations innermost, then schedule, then setting; reversed on odd rounds."""
     runs: list[bench_driver.RunSpec] = []
     for round_index in range(repeats):
         order = list(configs) if round_index % 2 == 0 else list(reversed(configs))
-        for ups in schedules:
-            runs.extend(bench_driver.RunSpec(config=c, updates_per_step=ups) for c in order)
+        for name in settings:
+            setting = bench_configs.SETTINGS[name]
+            chosen = setting.schedules if None in setting.schedules or schedules is None else tuple(schedules)
+            for ups in chosen:
+                runs.extend(bench_driver.RunSpec(config=c, updates_per_step=ups, setting=name) for c in order)
     return runs
+
+
+def _schedule_label(spec: bench_driver.RunSpec) -> str:
+    """"2/1/1" for a planned schedule, "tree" where the setting keeps the tree's own."""
+    if spec.updates_per_step is None:
+        return "tree"
+    pf = bench_configs.SETTINGS[spec.setting].value("policy_frequency") or 2
+    return bench_configs.Schedule(spec.updates_per_step, pf).label
 
 
 def available_configs(requested: Sequence[str], unilab_root: Path) -> list[str]:
@@ -115,20 +130,26 @@ def prepare(args: argparse.Namespace) -> tuple[dict, Path, list[str], Path | Non
     if not args.skip_verify:
         state = bench_env.patchset_status(root, args.overlay)
         bench_env.require_applied(state)
+    unknown = [s for s in args.settings if s not in bench_configs.SETTINGS]
+    if unknown:
+        raise BenchSetupError(f"unknown setting(s) {unknown}; known: {sorted(bench_configs.SETTINGS)}")
     bench_env.ensure_assets(root, args.assets)
     configs = available_configs(args.configs, root)
     needs_baseline = any(bench_configs.CONFIGS[c].source == "baseline" for c in configs)
     baseline = bench_driver.prepare_baseline(args.baseline_uni_rl, args.baseline_wheel) if needs_baseline else None
+    if any(bench_configs.CONFIGS[c].tree == "pristine" for c in configs):
+        args.pristine_unilab_root = bench_env.require_unilab_root(
+            args.pristine_unilab_root or bench_driver.prepare_pristine_tree())
+        bench_env.ensure_assets(args.pristine_unilab_root, args.assets)
     return device, root, configs, baseline, state
 
 
 def common_args(args: argparse.Namespace, root: Path, baseline: Path | None, checks_json: Path | None) -> list[str]:
     """Options every run of this invocation shares."""
     common = ["--unilab-root", str(root), "--backend", "mujoco", "--iterations", str(args.iterations),
-              "--summary-last", str(args.summary_last), "--num-envs", str(args.num_envs),
-              "--batch-size", str(args.batch_size), "--replay-buffer-n", str(args.replay_buffer_n),
-              "--learning-starts", str(args.learning_starts), "--policy-frequency", str(args.policy_frequency),
-              "--overlay", str(args.overlay), "--live-panel", args.live_panel]
+              "--summary-last", str(args.summary_last), "--overlay", str(args.overlay), "--live-panel", args.live_panel]
+    if args.pristine_unilab_root is not None:
+        common += ["--pristine-unilab-root", str(args.pristine_unilab_root)]
     if baseline is not None:
         common += ["--baseline-uni-rl", str(baseline)]
     if not args.skip_verify:
@@ -169,22 +190,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks_json = out / "checks.json"
         checks_json.write_text(args.checks_json.read_text(encoding="utf-8"), encoding="utf-8")
     common = common_args(args, root, baseline, checks_json)
-    specs = plan(configs, args.schedules, args.repeats)
+    specs = plan(configs, args.settings, args.repeats, args.schedules)
     progress = bench_driver.Progress(total=len(specs))
-    notes = (f"Invocation: {len(specs)} runs ({', '.join(configs)}) × schedules "
-             f"{[bench_configs.Schedule(u, args.policy_frequency).label for u in args.schedules]}, "
-             f"{args.repeats} round(s), alternating. Inductor cache empty at start (cold start): {cold}. "
+    notes = (f"Invocation: {len(specs)} runs ({', '.join(configs)}) × settings {args.settings}"
+             f"{' × schedules ' + str(args.schedules) if args.schedules else ''}, "
+             f"{args.repeats} round(s), alternating. References (1.3.2, 1.4.0) train on the pristine UniLab tree, "
+             f"the patched configurations on the applied one. Inductor cache empty at start (cold start): {cold}. "
              f"Applied state verified: {not args.skip_verify}"
              f"{' (series ' + str(state.get('series_sha256')) + ')' if state else ''}."
              f"{' QUICK mode: smoke run, not a measurement.' if args.quick else ''}")
     failures = 0
     print(f"[bench] {len(specs)} runs -> {out}", flush=True)
     for index, spec in enumerate(specs, 1):
-        schedule = bench_configs.Schedule(spec.updates_per_step, args.policy_frequency).label
-        stem = f"{index:02d}-{spec.config}-{schedule.replace('/', '-')}"
+        schedule = _schedule_label(spec)
+        stem = f"{index:02d}-{spec.setting}-{spec.config}-{schedule.replace('/', '-')}"
         output = out / "runs" / f"{stem}.json"
         argv_run = bench_driver.single_run_argv(spec, common=common, output=output, run_dir=logs_root / stem)
-        what = f"{spec.config}, schedule {schedule}"
+        what = f"{spec.config}, setting {spec.setting}, schedule {schedule}"
         code = bench_driver.execute(argv_run, progress, what)
         if code != 0 and bench_configs.CONFIGS[spec.config].reference == "upstream":
             code = bench_driver.retry_cold_reference(argv_run, output, progress, what)

@@ -34,12 +34,21 @@ def load_runs(folder: Path) -> list[dict[str, Any]]:
         data = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(data, dict) and "training_config" in data:
             data.setdefault("_file", path.name)
+            if data.get("rows_all") and "wall_per_iter_ms" not in data:  # recorded before the wall field existed
+                data.update(bench_stats.timing_report(data["rows_all"], summary_last=data["summary_last"],
+                                                      skip_first=data.get("skip_first", 0)))
             runs.append(data)
     return runs
 
 
 def _schedule(run: dict[str, Any]) -> str:
-    return str(run.get("training_config", {}).get("schedule") or "?")
+    """The run's column: its schedule, prefixed by its setting unless that is the report's (the default).
+
+    Runs recorded before settings existed were all at the report's setting.
+    """
+    schedule = str(run.get("training_config", {}).get("schedule") or "?")
+    setting = run.get("setting") or "report"
+    return schedule if setting == "report" else f"{setting} {schedule}"
 
 
 def _ok(run: dict[str, Any]) -> bool:
@@ -58,12 +67,13 @@ def _config_order(name: str) -> tuple[int, str]:
     return (order.index(name) if name in order else len(order), name)
 
 
-def _schedule_order(schedule: str) -> str:
-    """"2/1/1" before "8/4/4" before "16/8/8": by critic updates, numerically."""
-    return schedule.split("/")[0].zfill(3)
+def _schedule_order(schedule: str) -> tuple[str, str]:
+    """The report's setting first, then other settings; within one, "2/1/1" before "8/4/4" before "16/8/8"."""
+    setting, _, plain = schedule.rpartition(" ")
+    return setting, plain.split("/")[0].zfill(3)
 
 
-def _table_order(key: tuple[str, str]) -> tuple[str, tuple[int, str]]:
+def _table_order(key: tuple[str, str]) -> tuple[tuple[str, str], tuple[int, str]]:
     """(configuration, schedule) rows: by schedule, then in the matrix's configuration order."""
     config, schedule = key
     return _schedule_order(schedule), _config_order(config)
@@ -81,6 +91,10 @@ def group_runs(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dic
     for run in runs:
         groups.setdefault((str(run.get("config")), _schedule(run)), []).append(run)
     return groups
+
+
+def _mean(stats: dict[str, float | int] | None) -> float | None:
+    return float(stats["mean_ms"]) if stats else None
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -143,6 +157,54 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _pooled_phase(runs: Sequence[dict[str, Any]], phase: str) -> float | None:
+    """Mean of a run-level collector phase (``collector_phases_ms``) over completed runs."""
+    values = [float(v) for r in runs if _ok(r) if (v := (r.get("collector_phases_ms") or {}).get(phase)) is not None]
+    return fmean(values) if values else None
+
+
+def _pooled_floor(runs: Sequence[dict[str, Any]]) -> float | None:
+    values = [float(v) for r in runs if _ok(r) if (v := (r.get("physics_floor") or {}).get("floor_ms")) is not None]
+    return fmean(values) if values else None
+
+
+def throughput_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Markdown table of what users feel: wall per iteration, env steps/s, where the collector's time goes.
+
+    *wall* is the wall clock between consecutive iterations; *env steps/s* = envs × ranks / mean wall.
+    *floor* is the physics floor (single-core ``mj_step`` × substeps × envs / physics workers, measured
+    on the run's host); *wall / floor* how far the iteration is from it. Reductions are against the
+    unpatched 1.3.2 reference of the same setting and schedule, ratios against upstream 1.4.0 (> 1: more
+    env steps/s than upstream). Phases are the collector's means per cycle.
+    """
+    groups = group_runs(runs)
+    base_w = _reference_means(groups, "baseline", "wall_per_iter_ms")
+    up_w = _reference_means(groups, "upstream", "wall_per_iter_ms")
+    lines = [
+        "| configuration | setting · schedule | wall mean | median | p90 | p95 | env steps/s | physics | reset "
+        "| state refresh | replay write | action wait | floor | wall / floor | wall reduction vs 1.3.2 "
+        "| env steps/s × vs 1.4.0 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (config, schedule) in sorted(groups, key=_table_order):
+        ok = [r for r in groups[(config, schedule)] if _ok(r)]
+        wall = pooled(ok, "wall_per_iter_ms")
+        if wall is None:
+            continue
+        wm = float(wall["mean_ms"])
+        envs = {int(r["env_steps_per_s"]["envs"]) * int(r["env_steps_per_s"]["ranks"]) for r in ok if r.get("env_steps_per_s")}
+        rate = next(iter(envs)) * 1000.0 / wm if len(envs) == 1 else None
+        floor = _pooled_floor(ok)
+        phases = [_pooled_phase(ok, p) for p in ("physics", "reset", "state_refresh", "replay_write", "action_wait")]
+        vs_up = f"{up_w[schedule] / wm:.2f}×" if schedule in up_w else "–"
+        lines.append(
+            f"| {_label(config, ok)} | {schedule} | {_fmt(wm)} | {_fmt(wall['median_ms'])} | {_fmt(wall['p90_ms'])} | "
+            f"{_fmt(wall['p95_ms'])} | {_fmt(rate, 0)} | {' | '.join(_fmt(p) for p in phases)} | {_fmt(floor)} | "
+            f"{_fmt(wm / floor if floor else None)} | {_reduction(wm, base_w, schedule)} | {vs_up} |"
+        )
+    return "\n".join(lines)
+
+
 #: The collector's per-cycle phases (``rows[*].collector_timing_ms``) shown beside the learner's
 #: inference time: who sets the pace, and what the collector waits for.
 COLLECTOR_PHASES = ("env_step_ms", "learner_action_wait_ms")
@@ -158,21 +220,6 @@ def pooled_collector_phase(runs: Sequence[dict[str, Any]], phase: str) -> float 
         if (row.get("collector_timing_ms") or {}).get(phase) is not None
     ]
     return fmean(values) if values else None
-
-
-def wall_per_iteration_ms(runs: Sequence[dict[str, Any]]) -> float | None:
-    """The runner's real period: wall-clock ms per iteration over the summarized rows.
-
-    ``iter_ms`` is the learner's busy part of an iteration; this is the whole period,
-    waits included, from the rows' wall clock (per step, so a gap in the rows counts right).
-    """
-    periods = []
-    for run in runs:
-        if not _ok(run):
-            continue
-        timed = [(row["step"], row["wall_s"]) for row in run["rows"] if row.get("wall_s") is not None]
-        periods += [(w1 - w0) * 1000 / (s1 - s0) for (s0, w0), (s1, w1) in zip(timed, timed[1:]) if s1 > s0]
-    return fmean(periods) if periods else None
 
 
 def pace_table(runs: Sequence[dict[str, Any]]) -> str:
@@ -200,7 +247,7 @@ def pace_table(runs: Sequence[dict[str, Any]]) -> str:
         ratio = f"{iter_ms / cycle_ms:.2f}" if cycle_ms else "–"
         env_step, wait = (pooled_collector_phase(ok, phase) for phase in COLLECTOR_PHASES)
         lines.append(
-            f"| {_label(config, ok)} | {schedule} | {_fmt(iter_ms)} | {_fmt(wall_per_iteration_ms(ok))} | "
+            f"| {_label(config, ok)} | {schedule} | {_fmt(iter_ms)} | {_fmt(_mean(pooled(ok, 'wall_per_iter_ms')))} | "
             f"{_fmt(cycle_ms)} | {ratio} | {_fmt(env_step)} | {_fmt(wait)} | "
             f"{_fmt(float(inference['mean_ms']) if inference else None)} |"
         )
@@ -268,13 +315,17 @@ def failures_section(runs: Sequence[dict[str, Any]]) -> str:
 def write_summary(runs: Sequence[dict[str, Any]], path: Path, *, title: str, notes: str = "") -> None:
     """summary.md: timings, pace against the collector, warm-up, environment, failures."""
     first = runs[0] if runs else {}
-    tc = first.get("training_config", {})
+    keys = ("num_envs", "batch_size", "replay_buffer_n", "learning_starts")
+    settings = sorted({(r.get("setting") or "report", *(r.get("training_config", {}).get(k) for k in keys))
+                       for r in runs}, key=str)
+    described = "; ".join(f"{name}: {envs} envs, batch {batch}, replay_buffer_n {rbn}, learning_starts {ls}"
+                          for name, envs, batch, rbn, ls in settings)
     text = (
         f"# {title}\n\n"
-        f"G1 Walk Flat (MuJoCo), {tc.get('num_envs')} envs, batch {tc.get('batch_size')}, "
-        f"replay_buffer_n {tc.get('replay_buffer_n')}, learning_starts {tc.get('learning_starts')}, "
+        f"G1 Walk Flat (MuJoCo); settings {described}; "
         f"{first.get('iterations')} iterations, statistics over the last {first.get('summary_last')}; times in ms.\n\n"
-        f"{notes}\n\n## Timings\n\n{summary_table(runs)}\n\n"
+        f"{notes}\n\n## What users feel: wall per iteration and env steps/s\n\n{throughput_table(runs)}\n\n"
+        f"## Timings\n\n{summary_table(runs)}\n\n"
         f"## Learner vs collector pace (means over the same window)\n\n{pace_table(runs)}\n\n"
         f"## Compile / capture warm-up (not in the table above)\n\n{warmup_table(runs)}\n\n"
         f"## Environment\n\n{environment_section(runs)}\n\n## Failures\n\n{failures_section(runs)}\n"

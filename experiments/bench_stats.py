@@ -13,8 +13,22 @@ from collections.abc import Iterable, Sequence
 from statistics import fmean
 from typing import Any
 
-#: Per-iteration timing fields that get a summary block in the run JSON.
-TIMING_FIELDS: tuple[str, ...] = ("learner_train_ms", "collector_cycle_ms", "iter_ms")
+#: Per-iteration timing fields that get a summary block in the run JSON. ``wall_per_iter_ms`` is what a
+#: user feels: the wall clock between consecutive iterations (``iter_ms`` is the learner's busy part).
+TIMING_FIELDS: tuple[str, ...] = ("learner_train_ms", "collector_cycle_ms", "iter_ms", "wall_per_iter_ms")
+
+#: The collector's phases per cycle, as the run JSON names them -> uni_rl's ``collector_timing_ms`` keys.
+#: physics + reset + state refresh make up UniLab's env step; replay write, action wait and the inference
+#: request are the collector's work around it.
+COLLECTOR_PHASES: dict[str, str] = {
+    "env_step": "env_step_ms",
+    "physics": "env_step_backend_ms",
+    "reset": "env_step_reset_done_ms",
+    "state_refresh": "env_step_update_state_ms",
+    "replay_write": "replay_write_ms",
+    "action_wait": "learner_action_wait_ms",
+    "inference_request": "inference_request_ms",
+}
 
 
 def percentile(values: Sequence[float], quantile: float) -> float:
@@ -54,6 +68,48 @@ def summarize(values: Iterable[float | None]) -> dict[str, float | int]:
     }
 
 
+def with_wall_periods(rows_all: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with ``wall_per_iter_ms``: wall ms since the previous logged row, per iteration.
+
+    Divided by the step difference so a gap in the rows (a missed record) still gives a per-iteration
+    period; the first row has no predecessor and gets None (it also holds the warm-up).
+    """
+    out: list[dict[str, Any]] = []
+    previous: dict[str, Any] | None = None
+    for row in rows_all:
+        row = dict(row)
+        period = None
+        if previous is not None and row.get("wall_s") is not None and previous.get("wall_s") is not None:
+            steps = row["step"] - previous["step"]
+            if steps > 0:
+                period = (float(row["wall_s"]) - float(previous["wall_s"])) * 1000.0 / steps
+        row["wall_per_iter_ms"] = period
+        out.append(row)
+        previous = row
+    return out
+
+
+def throughput(wall: dict[str, float | int], *, envs: int, ranks: int = 1) -> dict[str, float]:
+    """Environment steps per second: every iteration steps each of ``envs × ranks`` envs once."""
+    if envs <= 0 or ranks <= 0:
+        raise ValueError(f"envs and ranks must be positive, got {envs}, {ranks}")
+    return {
+        "mean": envs * ranks * 1000.0 / float(wall["mean_ms"]),
+        "median": envs * ranks * 1000.0 / float(wall["median_ms"]),
+        "envs": envs,
+        "ranks": ranks,
+    }
+
+
+def collector_phases(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """Mean ms per cycle of each collector phase over ``rows`` (None: the collector never reported it)."""
+    means: dict[str, float | None] = {}
+    for name, key in COLLECTOR_PHASES.items():
+        values = [float(t[key]) for t in (row.get("collector_timing_ms") or {} for row in rows) if t.get(key) is not None]
+        means[name] = fmean(values) if values else None
+    return means
+
+
 def select_summary_rows(
     rows_all: Sequence[dict[str, Any]], *, summary_last: int, skip_first: int = 0
 ) -> list[dict[str, Any]]:
@@ -74,6 +130,7 @@ def timing_report(
     rows_all: Sequence[dict[str, Any]], *, summary_last: int, skip_first: int = 0
 ) -> dict[str, Any]:
     """The timing part of a run JSON: all rows, the summarized rows and their statistics."""
+    rows_all = with_wall_periods(rows_all)
     rows = select_summary_rows(rows_all, summary_last=summary_last, skip_first=skip_first)
     if not rows:
         raise ValueError(
@@ -91,6 +148,7 @@ def timing_report(
     }
     for field in TIMING_FIELDS:
         report[field] = summarize(row.get(field) for row in rows)
+    report["collector_phases_ms"] = collector_phases(rows)
     return report
 
 

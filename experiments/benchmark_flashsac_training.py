@@ -21,6 +21,7 @@ required: without it the script prints one error line and writes nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_configs  # noqa: E402
 import bench_env  # noqa: E402
 import bench_stats  # noqa: E402
+import physics_floor  # noqa: E402
 from bench_child_runner import run_child  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 
@@ -81,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="set use_compile and compile_full_objectives together (original report's switch)")
     p.add_argument("--output", type=Path, help="write the run JSON here")
     # -- additions of this project --
+    p.add_argument("--setting", choices=sorted(bench_configs.SETTINGS),
+                   help="named setting: fills --num-envs ... --policy-frequency where not given "
+                        "(report: the original report's; unilab-default: the tree's task config, no overrides)")
+    p.add_argument("--pristine-unilab-root", type=Path,
+                   help="the unpatched UniLab tree the references (1.3.2, 1.4.0) train on (default: --unilab-root)")
     p.add_argument("--config", choices=sorted(bench_configs.CONFIGS),
                    help="named configuration (learner + switches); exclusive with --compile/--no-compile")
     p.add_argument("--seed", type=int, help="algo.seed (default: the tree's)")
@@ -110,7 +117,36 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.config is not None and args.compile is not None:
         parser.error("--config and --compile/--no-compile are exclusive")
+    if args.setting is not None:
+        setting = bench_configs.SETTINGS[args.setting]
+        for key in ("num_envs", "batch_size", "replay_buffer_n", "learning_starts", "policy_frequency"):
+            if getattr(args, key) is None:
+                setattr(args, key, setting.value(key))
     return args
+
+
+def setting_name(args: argparse.Namespace) -> str:
+    """The named setting this run's overrides amount to, or ``custom``."""
+    given = {k: getattr(args, k) for k in ("num_envs", "batch_size", "replay_buffer_n", "learning_starts")}
+    for setting in bench_configs.SETTINGS.values():
+        if all(setting.value(k) == v for k, v in given.items()):
+            return setting.name
+    return "custom"
+
+
+def floor_report(step_cost: physics_floor.StepCost | None, run_config: dict[str, Any] | None,
+                 wall: dict[str, Any] | None, envs: int | None) -> dict[str, Any]:
+    """The run's physics floor (single-core mj_step × substeps × envs / physics workers) and wall / floor."""
+    env = ((run_config or {}).get("config") or {}).get("env") or {}
+    if step_cost is None or not envs or not env.get("sim_dt") or not env.get("ctrl_dt"):
+        return {"floor_ms": None, "reason": "no step cost or no env timing in run_config.json"}
+    substeps = round(float(env["ctrl_dt"]) / float(env["sim_dt"]))
+    workers = physics_floor.physics_workers(envs, step_cost.host_cpus)
+    floor = physics_floor.floor_ms(step_cost.mean_us, substeps=substeps, envs=envs, workers=workers)
+    return {
+        "floor_ms": floor, "step_cost": dataclasses.asdict(step_cost), "substeps": substeps, "workers": workers,
+        "wall_over_floor": float(wall["mean_ms"]) / floor if wall else None,
+    }
 
 
 def selected_config(args: argparse.Namespace) -> bench_configs.BenchConfig | None:
@@ -295,6 +331,7 @@ def training_config(args: argparse.Namespace, run_config: dict[str, Any] | None)
         "updates_per_step": ups,
         "policy_frequency": pf,
         "seed": pick("seed", args.seed),
+        "ranks": len((run_config or {}).get("config", {}).get("training", {}).get("devices") or [0]),
         "critic_updates_per_iteration": ups,
         "actor_updates_per_iteration": schedule.actor_updates if schedule else None,
         "temperature_updates_per_iteration": schedule.actor_updates if schedule else None,
@@ -351,6 +388,9 @@ def print_summary(payload: dict[str, Any]) -> None:
     for name in bench_stats.TIMING_FIELDS:
         s = payload[name]
         print(f"{name:<20}{s['mean_ms']:>10.2f}{s['median_ms']:>10.2f}{s['p90_ms']:>10.2f}{s['p95_ms']:>10.2f}")
+    rate, floor = payload.get("env_steps_per_s") or {}, payload.get("physics_floor") or {}
+    print(f"env steps/s {rate.get('mean', 0):,.0f} (setting {payload.get('setting')}); physics floor "
+          f"{floor.get('floor_ms') or 0:.2f} ms, wall / floor {floor.get('wall_over_floor') or 0:.2f}")
     warm = payload["warmup"]
     print(f"warm-up: first iteration learner {warm['first_iteration_learner_train_ms']:.0f} ms, "
           f"excess before window {warm['excess_learner_ms'] or 0:.0f} ms, "
@@ -360,14 +400,17 @@ def print_summary(payload: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     """The run itself; raises BenchSetupError for unmet preconditions."""
     parent_device = bench_env.require_cuda()
-    unilab_root = bench_env.require_unilab_root(args.unilab_root)
+    config = selected_config(args)
+    patched_root = bench_env.require_unilab_root(args.unilab_root)
+    on_pristine = config is not None and config.tree == "pristine" and args.pristine_unilab_root is not None
+    unilab_root = bench_env.require_unilab_root(args.pristine_unilab_root) if on_pristine else patched_root
     assets = bench_env.ensure_assets(unilab_root, args.assets)
     source, learner_path = resolve_learner(args)
-    state = applied_state(args.require_applied, unilab_root, args.overlay)
+    state = applied_state(args.require_applied, patched_root, args.overlay)
+    step_cost = physics_floor.measure_step_cost(unilab_root / bench_env.G1_SCENE_REL)
     checks = _load_json(args.checks_json) if args.checks_json else None
     if args.checks_json and checks is None:
         raise BenchSetupError(f"--checks-json {args.checks_json} is not a readable JSON object")
-    config = selected_config(args)
     config_name, config_label = config_identity(args)
     if config and config.requires_key and config.requires_key not in bench_env.flashsac_config_keys(unilab_root):
         raise BenchSetupError(f"configuration {config.name} needs {config.requires_key} in the tree's flashsac config")
@@ -408,6 +451,9 @@ def run(args: argparse.Namespace) -> int:
         "wall_s": child.wall_s,
         "backend": args.backend,
         "task": args.task,
+        "setting": setting_name(args),
+        "unilab_tree": "pristine" if on_pristine else "patched",
+        "unilab_root": str(unilab_root),
         "config": config_name,
         "config_label": config_label,
         "learner_source_kind": source,
@@ -454,6 +500,10 @@ def run(args: argparse.Namespace) -> int:
     if rows_all:
         try:
             payload.update(bench_stats.timing_report(rows_all, summary_last=args.summary_last, skip_first=args.skip_first))
+            tc = payload["training_config"]
+            envs, ranks = tc.get("num_envs"), tc.get("ranks") or 1
+            payload["env_steps_per_s"] = bench_stats.throughput(payload["wall_per_iter_ms"], envs=envs, ranks=ranks) if envs else None
+            payload["physics_floor"] = floor_report(step_cost, run_config, payload["wall_per_iter_ms"], envs)
             payload["warmup"] = bench_stats.warmup_report(
                 payload["rows_all"], payload["rows"],
                 first_iteration_wall_s=rows_all[0].get("wall_s"), compile_metrics=end.get("dynamo"),

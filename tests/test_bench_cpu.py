@@ -160,9 +160,15 @@ def test_percentile_matches_numpy_linear_definition() -> None:
 
 def test_summary_window_and_warmup_are_separate() -> None:
     rows = [{"step": i, "learner_train_ms": 5000.0 if i == 1 else 10.0 + i % 3, "iter_ms": 20.0,
-             "collector_cycle_ms": None if i == 1 else 12.0} for i in range(1, 11)]
+             "collector_cycle_ms": None if i == 1 else 12.0, "wall_s": 5.0 + 0.025 * i + (0.01 if i == 9 else 0.0)}
+            for i in range(1, 11)]
     report = bench_stats.timing_report(rows, summary_last=4)
     assert [r["step"] for r in report["rows"]] == [7, 8, 9, 10]
+    # wall between consecutive iterations: 25 ms, except 35 into step 9 and 15 out of it
+    assert [r["wall_per_iter_ms"] for r in report["rows"]] == pytest.approx([25.0, 25.0, 35.0, 15.0])
+    assert report["rows_all"][0]["wall_per_iter_ms"] is None  # no predecessor
+    assert report["wall_per_iter_ms"]["mean_ms"] == pytest.approx(25.0)
+    assert report["wall_per_iter_ms"]["p90_ms"] == pytest.approx(32.0)
     assert report["summary_first_step"] == 7 and report["num_samples_all"] == 10
     assert report["learner_train_ms"]["max_ms"] < 100  # the compile iteration is not in the summary
     assert report["collector_cycle_ms"]["count"] == 4
@@ -181,7 +187,14 @@ def test_real_run_json_is_consistent_with_its_own_rows() -> None:
     run = _real_run()
     again = bench_stats.timing_report(run["rows_all"], summary_last=run["summary_last"])
     for field in bench_stats.TIMING_FIELDS:
-        assert again[field] == pytest.approx(run[field])
+        if field in run:  # this run predates wall_per_iter_ms
+            assert again[field] == pytest.approx(run[field])
+    # The wall field is the mean period over the window, its first iteration's period included.
+    window, before = run["rows"], run["rows_all"][len(run["rows_all"]) - len(run["rows"]) - 1]
+    period = (window[-1]["wall_s"] - before["wall_s"]) * 1000 / (window[-1]["step"] - before["step"])
+    assert again["wall_per_iter_ms"]["mean_ms"] == pytest.approx(period)
+    wait = statistics.fmean(r["collector_timing_ms"]["learner_action_wait_ms"] for r in run["rows"])
+    assert again["collector_phases_ms"]["action_wait"] == pytest.approx(wait)
     assert run["warmup"]["first_iteration_learner_train_ms"] > 10 * run["learner_train_ms"]["median_ms"]
     assert run["device"]["flashsac_source_ok"] and run["status"] == "completed"
 
@@ -222,6 +235,7 @@ def test_summary_table_reductions_and_ratios(tmp_path: Path) -> None:
 def test_pace_table_sets_the_iteration_against_the_collectors_cycle() -> None:
     """iter / cycle and the collector's phases are means over the summarized rows, per configuration."""
     run = _real_run()
+    run.update(bench_stats.timing_report(run["rows_all"], summary_last=run["summary_last"]))
     failed = {"status": "failed", "config": "eager", "training_config": {"schedule": "2/1/1"}, "error": "boom"}
     lines = bench_report.pace_table([run, failed]).splitlines()
     assert len(lines) == 3  # header, rule, the one completed run: a failed run has no pace
@@ -230,7 +244,8 @@ def test_pace_table_sets_the_iteration_against_the_collectors_cycle() -> None:
     iter_mean = statistics.fmean(r["iter_ms"] for r in rows)
     cycle_mean = statistics.fmean(r["collector_cycle_ms"] for r in rows)
     assert float(cells[2]) == pytest.approx(iter_mean, abs=0.005)
-    period = (rows[-1]["wall_s"] - rows[0]["wall_s"]) * 1000 / (rows[-1]["step"] - rows[0]["step"])
+    before = run["rows_all"][len(run["rows_all"]) - len(rows) - 1]
+    period = (rows[-1]["wall_s"] - before["wall_s"]) * 1000 / (rows[-1]["step"] - before["step"])
     assert float(cells[3]) == pytest.approx(period, abs=0.005)  # contiguous rows: the mean period
     assert float(cells[4]) == pytest.approx(cycle_mean, abs=0.005)
     assert cells[5] == f"{iter_mean / cycle_mean:.2f}"
@@ -363,8 +378,95 @@ def test_version_drift_and_applied_state() -> None:
 def test_matrix_alternates_configurations_and_reverses_odd_rounds() -> None:
     import bench_matrix
 
-    specs = bench_matrix.plan(["a", "b", "c"], [2, 8], repeats=2)
+    specs = bench_matrix.plan(["a", "b", "c"], ["report"], repeats=2)
     assert [(s.config, s.updates_per_step) for s in specs] == [
         ("a", 2), ("b", 2), ("c", 2), ("a", 8), ("b", 8), ("c", 8),
         ("c", 2), ("b", 2), ("a", 2), ("c", 8), ("b", 8), ("a", 8),
     ]
+    # Both settings in one invocation: UniLab's defaults keep the tree's schedule (no override),
+    # and SCHEDULES narrows only the report's.
+    specs = bench_matrix.plan(["a", "b"], ["report", "unilab-default"], repeats=1, schedules=[2])
+    assert [(s.setting, s.config, s.updates_per_step) for s in specs] == [
+        ("report", "a", 2), ("report", "b", 2), ("unilab-default", "a", None), ("unilab-default", "b", None),
+    ]
+
+
+# ------------------------------------------------------------------ settings, throughput, physics floor
+
+def test_settings_fill_the_report_values_and_unilab_default_overrides_nothing() -> None:
+    args = single.parse_args(["--unilab-root", "/x", "--setting", "report", "--config", "patched-default"])
+    assert (args.num_envs, args.batch_size, args.replay_buffer_n, args.learning_starts) == (256, 256, 32, 8)
+    assert single.setting_name(args) == "report"
+    overrides = single.hydra_overrides(args, Path("/logs"))
+    assert "algo.num_envs=256" in overrides and "algo.batch_size=256" in overrides
+    args = single.parse_args(["--unilab-root", "/x", "--setting", "unilab-default", "--config", "patched-default"])
+    assert single.setting_name(args) == "unilab-default"
+    assert not [o for o in single.hydra_overrides(args, Path("/logs")) if o.split("=")[0] in (
+        "algo.num_envs", "algo.batch_size", "algo.replay_buffer_n", "algo.learning_starts", "algo.updates_per_step")]
+    # an explicit flag wins over the setting, and is then no longer the named setting
+    args = single.parse_args(["--unilab-root", "/x", "--setting", "report", "--num-envs", "512"])
+    assert args.num_envs == 512 and single.setting_name(args) == "custom"
+
+
+def test_references_train_on_the_pristine_tree_and_ours_on_the_patched() -> None:
+    trees = {name: config.tree for name, config in bench_configs.CONFIGS.items()}
+    assert trees["baseline-1.3.2"] == trees["upstream-1.4.0"] == "pristine"
+    assert {trees[n] for n in trees if n not in ("baseline-1.3.2", "upstream-1.4.0")} == {"patched"}
+
+
+def test_throughput_and_floor_arithmetic() -> None:
+    import physics_floor
+
+    rate = bench_stats.throughput({"mean_ms": 16.0, "median_ms": 12.8}, envs=256, ranks=2)
+    assert rate["mean"] == pytest.approx(32000.0) and rate["median"] == pytest.approx(40000.0)
+    # 4096 envs × 3 substeps × 125 µs on 16 workers = 96 ms
+    assert physics_floor.floor_ms(125.0, substeps=3, envs=4096, workers=16) == pytest.approx(96.0)
+    assert physics_floor.physics_workers(envs=4, cpus=16) == 4  # never more workers than envs
+    for bad in ({"substeps": 0, "envs": 1, "workers": 1}, {"substeps": 3, "envs": 1, "workers": 0}):
+        with pytest.raises(ValueError):
+            physics_floor.floor_ms(100.0, **bad)
+    with pytest.raises(ValueError):
+        bench_stats.throughput({"mean_ms": 1.0, "median_ms": 1.0}, envs=0)
+    floor = single.floor_report(
+        physics_floor.StepCost("s", 10, 100.0, 100.0, "3.11.0", 16),
+        {"config": {"env": {"sim_dt": 1 / 150, "ctrl_dt": 0.02}}}, {"mean_ms": 16.0}, 256)
+    assert floor["substeps"] == 3 and floor["workers"] == 16
+    assert floor["floor_ms"] == pytest.approx(4.8) and floor["wall_over_floor"] == pytest.approx(16.0 / 4.8)
+    assert single.floor_report(None, None, None, 256)["floor_ms"] is None
+
+
+def test_physics_floor_measures_the_real_g1_scene(tmp_path: Path) -> None:
+    """Real MuJoCo on the tree's G1 scene (assets from ../shared, as CI has them): a plausible cost."""
+    import physics_floor
+
+    assets = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.xz"
+    tree = bench_env.DEFAULT_UNILAB_ROOT
+    if not (tree / bench_env.G1_SCENE_REL).is_file():
+        pytest.skip("the embedded tree is made by the applier tests / make apply")
+    bench_env.ensure_assets(tree, assets if assets.is_file() else None)
+    cost = physics_floor.measure_step_cost(tree / bench_env.G1_SCENE_REL, steps=300)
+    assert 5.0 < cost.mean_us < 5000.0 and cost.steps == 300 and cost.mujoco == "3.11.0"
+
+
+def test_throughput_table_reads_wall_and_phases_per_setting() -> None:
+    run = _real_run()
+    run.update(bench_stats.timing_report(run["rows_all"], summary_last=run["summary_last"]))
+    run["env_steps_per_s"] = bench_stats.throughput(run["wall_per_iter_ms"], envs=256)
+    run["physics_floor"] = {"floor_ms": 5.0}
+    baseline = _scaled(run, "baseline-1.3.2", 2.0, "b.json")
+    for row in baseline["rows_all"]:
+        row["wall_s"] *= 2.0  # the baseline's iterations take twice the wall time
+    baseline.update(bench_stats.timing_report(baseline["rows_all"], summary_last=run["summary_last"]))
+    default = copy.deepcopy(run)
+    default["setting"], default["config"] = "unilab-default", "patched-default"
+    lines = bench_report.throughput_table([run, baseline, default]).splitlines()
+    rows = {(c[0], c[1]): c for c in ([x.strip() for x in line.split("|")[1:-1]] for line in lines[2:])}
+    up = rows[("upstream unilab-rl 1.4.0 compile_full_objectives", "2/1/1")]
+    wall = run["wall_per_iter_ms"]["mean_ms"]
+    assert float(up[2]) == pytest.approx(wall, abs=0.005)
+    assert float(up[6]) == pytest.approx(256_000 / wall, abs=1)
+    assert float(up[13]) == pytest.approx(wall / 5.0, abs=0.005)
+    assert up[15] == "1.00×"
+    assert rows[("upstream unilab-rl 1.4.0 compile_full_objectives", "2/1/1")][14] == "50.0%"  # half the baseline's wall
+    assert ("patched defaults (tree config)", "unilab-default 2/1/1") in rows  # its own column, not mixed with report's
+    assert rows[("patched defaults (tree config)", "unilab-default 2/1/1")][14] == "–"  # no 1.3.2 run at that setting
