@@ -10,6 +10,7 @@ rows; nothing is typed in.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -26,14 +27,20 @@ import bench_stats  # noqa: E402
 RUNS_SUBDIR = "runs"
 
 
+def read_run(path: Path) -> Any:
+    """One run JSON, plain or gzip-compressed (committed evidence is kept as ``.json.gz``: its rows are long)."""
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
 def load_runs(folder: Path) -> list[dict[str, Any]]:
-    """Run JSONs under ``folder`` (and its runs/ subfolder), in file-name order."""
-    paths = sorted(folder.glob("*.json")) + sorted((folder / RUNS_SUBDIR).glob("*.json"))
+    """Run JSONs under ``folder`` (and its runs/ subfolder), plain or ``.json.gz``, in file-name order."""
+    paths = [p for d in (folder, folder / RUNS_SUBDIR) for p in sorted([*d.glob("*.json"), *d.glob("*.json.gz")])]
     runs = []
     for path in paths:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_run(path)
         if isinstance(data, dict) and "training_config" in data:
-            data.setdefault("_file", path.name)
+            data.setdefault("_file", path.name.removesuffix(".gz"))
             if data.get("rows_all") and "wall_per_iter_ms" not in data:  # recorded before the wall field existed
                 data.update(bench_stats.timing_report(data["rows_all"], summary_last=data["summary_last"],
                                                       skip_first=data.get("skip_first", 0)))
