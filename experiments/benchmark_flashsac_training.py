@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="write the run JSON here")
     # -- additions of this project --
     p.add_argument("--setting", choices=sorted(bench_configs.SETTINGS),
-                   help="named setting: fills --num-envs ... --policy-frequency where not given "
+                   help="named setting: fills --num-envs ... --policy-frequency and --updates-per-step where not given "
                         "(report: the original report's; unilab-default: the tree's task config, no overrides)")
     p.add_argument("--pristine-unilab-root", type=Path,
                    help="the unpatched UniLab tree the references (1.3.2, 1.4.0) train on (default: --unilab-root)")
@@ -122,6 +122,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         for key in ("num_envs", "batch_size", "replay_buffer_n", "learning_starts", "policy_frequency"):
             if getattr(args, key) is None:
                 setattr(args, key, setting.value(key))
+        if args.updates_per_step is None:  # the setting's first schedule (report: 2/1/1); None: the tree's
+            args.updates_per_step = setting.schedules[0]
     return args
 
 

@@ -396,6 +396,7 @@ def test_matrix_alternates_configurations_and_reverses_odd_rounds() -> None:
 def test_settings_fill_the_report_values_and_unilab_default_overrides_nothing() -> None:
     args = single.parse_args(["--unilab-root", "/x", "--setting", "report", "--config", "patched-default"])
     assert (args.num_envs, args.batch_size, args.replay_buffer_n, args.learning_starts) == (256, 256, 32, 8)
+    assert args.updates_per_step == 2  # the report's first schedule, 2/1/1
     assert single.setting_name(args) == "report"
     overrides = single.hydra_overrides(args, Path("/logs"))
     assert "algo.num_envs=256" in overrides and "algo.batch_size=256" in overrides
