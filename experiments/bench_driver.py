@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ import bench_env  # also puts scripts/ (the applier's patchset package) on sys.p
 from bench_env import BenchSetupError
 from patchset.errors import PatchsetError
 from patchset.fetch import pinned_artifact
-from patchset.trees import create_embedded_tree, extract_wheel_package
+from patchset.trees import extract_wheel_package
 
 SINGLE_RUN = bench_env.EXPERIMENTS_DIR / "benchmark_flashsac_training.py"
 BASELINE_DIR = bench_env.PROJECT_DIR / "work" / "bench" / "unilab-rl-1.3.2"
@@ -80,7 +81,8 @@ def prepare_pristine_tree(sdist: Path | None = None) -> Path:
 
     The references must be what a user has without this project: the stock learner on the stock tree.
     Since the series patches UniLab's collector too, running them on the applied tree would credit
-    them with our collector work. Made under the git-ignored work/ (an offline GPU host reuses it).
+    them with our collector work. The sdist unpacked as it is (no git: nothing is applied to it),
+    under the git-ignored work/ (an offline GPU host reuses it).
     """
     pins = bench_env.read_versions_env()
     want = pins["UNILAB_SDIST_SHA256"]
@@ -89,10 +91,15 @@ def prepare_pristine_tree(sdist: Path | None = None) -> Path:
         return PRISTINE_TREE_DIR
     try:
         verified = pinned_artifact(pins["UNILAB_SDIST"], want, sdist)
-        shutil.rmtree(PRISTINE_TREE_DIR, ignore_errors=True)
-        create_embedded_tree(verified, PRISTINE_TREE_DIR)
     except PatchsetError as exc:
         raise BenchSetupError(str(exc)) from exc
+    shutil.rmtree(PRISTINE_TREE_DIR, ignore_errors=True)
+    PRISTINE_TREE_DIR.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=PRISTINE_TREE_DIR.parent) as tmp:
+        with tarfile.open(verified) as tar:
+            tar.extractall(tmp, filter="data")
+        (top,) = list(Path(tmp).iterdir())
+        top.rename(PRISTINE_TREE_DIR)
     stamp.write_text(want + "\n")
     return PRISTINE_TREE_DIR
 

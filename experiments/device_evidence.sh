@@ -11,6 +11,10 @@
 #           timing); `bench_parity.py --report DIR` merges them afterwards.
 #   bench   `make bench` with one schedule per GPU, each alternating over every configuration: the ratios
 #           of a table row come from runs made side by side on one GPU. Run it alone.
+#   pinned  collector figures (CPU-bound): `make bench` per GPU, each pinned to its own block of CORES_PER_GPU
+#           (16) cores with taskset, so two invocations never share a core; GPU0_PLAN and GPU1_PLAN are the
+#           make variables of each (e.g. 'SETTING=report SCHEDULES=2 CONFIGS=baseline-1.3.2,patched-default').
+#           Run it alone.
 #
 # Prepare and carry as for device_bench.sh (.whl .assets overlay/uni_rl overlay/MANIFEST.json work).
 # Environment: BUDGET_S; checks: SEEDS (1 2 3), PARITY_ITERATIONS (1000), REPLAY_ITERATIONS (1000);
@@ -62,7 +66,18 @@ for mode in "$@"; do
           BENCH_ARGS="--results-root $work/schedule${gpu_schedule##*:}"
       done
       ;;
-    *) echo "device_evidence.sh: unknown mode $mode (checks|parity|bench)" >&2; exit 2 ;;
+    pinned)
+      per=${CORES_PER_GPU:-16}
+      for gpu in 0 1; do
+        plan_var=GPU${gpu}_PLAN
+        [ -n "${!plan_var:-}" ] || continue
+        # shellcheck disable=SC2086  # the plan is a list of make variables
+        on_gpu "$gpu" "pinned-gpu$gpu" taskset -c "$((gpu * per))-$((gpu * per + per - 1))" \
+          bash experiments/device_bench.sh bench ${!plan_var} ITERATIONS="${ITERATIONS:-1000}" \
+          SUMMARY_LAST="${SUMMARY_LAST:-500}" NO_CHECKS=1 BENCH_ARGS="--results-root $work/gpu$gpu"
+      done
+      ;;
+    *) echo "device_evidence.sh: unknown mode $mode (checks|parity|bench|pinned)" >&2; exit 2 ;;
   esac
 done
 wait
