@@ -361,6 +361,7 @@ def status(opts: Options) -> Outcome:
 
 def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[str, Any]) -> Outcome:
     """Revert an applied checkout: refuse over edits unless forced (then save them first), then restore."""
+    ovl.load_overlay_manifest(overlay)  # a corrupt one stops the revert before anything changes
     rows = file_statuses(checkout, overlay, None, state)
     edited = [f for f in rows if f["status"] not in ("applied", "not applied")]
     if edited and not opts.force:
