@@ -26,7 +26,7 @@ from .paths import OVERLAY_DIR, PATCHES_DIR, embedded_tree
 from .pins import load_pins
 from .plan import FileChange, plan_target
 from .series import Series, load_series
-from .state import create_state, image_path, load_state, save_state, state_dir
+from .state import create_state, image_path, load_state, save_state
 from .trees import create_embedded_tree, file_marker, read_file, uv_python, wheel_package_files
 
 TARGET_CHECKOUT = recovery.TARGET_CHECKOUT
