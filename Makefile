@@ -1,6 +1,6 @@
 # FlashSAC patch-set overlay. `make apply` and `make test` do everything on a fresh machine.
 # Variables: UNILAB=<checkout> (default: embedded tree from the pinned sdist), PYTHON=<UniLab interpreter>,
-#            ALLOW_DRIFT=1, ALLOW_OTHER_COMMIT=1, FORCE=1 (revert over your edits, saved as a diff first).
+#            ALLOW_DRIFT=1, ALLOW_OTHER_COMMIT=1, FORCE=1 (revert over your edits, saved byte for byte first).
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
