@@ -471,3 +471,20 @@ def test_throughput_table_reads_wall_and_phases_per_setting() -> None:
     assert rows[("upstream unilab-rl 1.4.0 compile_full_objectives", "2/1/1")][14] == "50.0%"  # half the baseline's wall
     assert ("patched defaults (tree config)", "unilab-default 2/1/1") in rows  # its own column, not mixed with report's
     assert rows[("patched defaults (tree config)", "unilab-default 2/1/1")][14] == "–"  # no 1.3.2 run at that setting
+
+
+# ------------------------------------------------------------------ README tables come from results/
+
+def test_readme_tables_are_generated_from_the_committed_runs() -> None:
+    import readme_tables
+
+    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+    blocks = list(readme_tables.BLOCK.finditer(text))
+    assert blocks, "README.md has no generated table block"
+    assert readme_tables.stale_blocks(text) == []
+    # Negative control: one changed figure in one block is caught, and regenerating restores it.
+    body = blocks[0]["body"]
+    digit = next(i for i, ch in enumerate(body) if ch.isdigit())
+    changed = text.replace(body, body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1:], 1)
+    assert readme_tables.stale_blocks(changed) == [f"{blocks[0]['kind']}:{blocks[0]['folder']}"]
+    assert readme_tables.regenerate(changed) == text
