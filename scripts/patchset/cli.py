@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import applier
+from . import applier, port_report
 from .errors import PatchsetError
 from .manifest import build_manifest, write_manifest
 from .paths import OVERLAY_DIR, PATCHES_DIR
@@ -22,7 +22,7 @@ def _env_flag(name: str) -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchset", description=__doc__)
-    parser.add_argument("command", choices=["apply", "status", "revert", "manifest", "provenance"])
+    parser.add_argument("command", choices=["apply", "status", "revert", "manifest", "provenance", "port-report"])
     parser.add_argument("--unilab", type=Path, help="UniLab checkout (default: the embedded tree from the sdist)")
     parser.add_argument("--overlay", type=Path, default=OVERLAY_DIR)
     parser.add_argument("--patches", type=Path, default=PATCHES_DIR)
@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", default=_env_flag("FORCE"),
                         help="revert even over your edits (saved as a diff first)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--target", help="port-report: unilab-rl==<version> or unilab==<version> (from PyPI)")
+    parser.add_argument("--output", type=Path, help="port-report: directory of the report (results/port-report)")
     return parser
 
 
@@ -58,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     opts = _options(args)
     try:
         outcome = {"apply": applier.apply, "status": applier.status, "revert": applier.revert,
-                   "manifest": _manifest, "provenance": run_provenance}[args.command](opts)
+                   "manifest": _manifest, "provenance": run_provenance,
+                   "port-report": lambda o: applier.Outcome(*port_report.run(args.target, args.output, o.patches_dir)),
+                   }[args.command](opts)
     except PatchsetError as exc:
         print(f"patchset {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
