@@ -109,7 +109,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             offset = "" if h["offset"] is None else f"{h['offset']:+d}"
             out.append(f"| {row['position']} | {h['hunk']} `{_cell(h['header'])}` | `{h['file']}` | {h['verdict']} "
                        f"| {offset} | {_cell(h['detail'])} |")
-    out += ["", "## Verdicts", ""] + [f"- **{v}**: {meaning}" for v, meaning in report["verdicts"].items()]
+    out += ["", "## Verdicts", ""] + [f"- **{v}**: {meaning}" for v, meaning in sorted(report["verdicts"].items())]
     return "\n".join(out) + "\n"
 
 
