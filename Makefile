@@ -9,7 +9,7 @@ PATCHSET := PYTHONPATH=scripts $(PY) -m patchset
 TARGET_ARGS = $(if $(UNILAB),--unilab "$(UNILAB)") $(if $(PYTHON),--python "$(PYTHON)") $(if $(OVERLAY),--overlay "$(OVERLAY)")
 export ALLOW_DRIFT ALLOW_OTHER_COMMIT FORCE
 
-.PHONY: setup apply status revert provenance manifest test clean
+.PHONY: setup apply status revert provenance manifest port-report test clean
 
 setup: $(SETUP_STAMP)
 
@@ -33,6 +33,10 @@ provenance: setup
 # After editing patches/: re-plan the series over the pristine pinned trees and rewrite patches/MANIFEST.json.
 manifest: setup
 	$(PATCHSET) manifest
+
+# The series tried on an upstream release from PyPI: TARGET=unilab-rl==<version> or TARGET=unilab==<version>.
+port-report: setup
+	$(PATCHSET) port-report --target "$(TARGET)" $(if $(OUTPUT),--output "$(OUTPUT)")
 
 test: setup
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
