@@ -9,6 +9,7 @@ one JSON object that the test asserts on.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import os
 import subprocess
@@ -118,14 +119,18 @@ def test_numerics_cpu_mode_passes(
     report = json.loads(output.read_text())
     assert report["passed"] is True
     checks = report["checks"]
-    assert checks["critic_updates"] >= 20 and checks["actor_updates"] >= 10
-    for name in (
+    measurements = report["measurements"]
+    assert measurements["critic_updates"] >= 20 and measurements["actor_updates"] >= 10
+    assert sorted(checks) == sorted((
         "eager_switches_off_vs_baseline",
         "eager_warm_up_guard_deferred_vs_baseline",
         "frozen_critic_actor_update",
         "finite_guard_injection",
-    ):
-        assert checks[name]["passed"] is True, name
+        "finite_guard_recovery",
+        "checkpoint_resume_keeps_graphs",
+    ))
+    for name, check in checks.items():
+        assert check["passed"] is True, name
     assert checks["eager_switches_off_vs_baseline"]["state"]["max_abs_diff"] == 0.0
     # The unguarded baseline is really damaged by the same injection: the check can fail.
     assert checks["finite_guard_injection"]["unguarded_baseline_final_parameters_finite"] is False
@@ -754,7 +759,8 @@ def test_full_objective_compile_matches_eager_on_cpu(
     assert compiled["graphs_compiled_total"] >= 2
     assert compiled["graphs_compiled_after_warm_up"] == 0
 
-    checks = vn.compare_configurations(results, iterations)
+    checks, measurements = vn.compare_configurations(results, iterations)
+    assert "tier_b_amplification_floor" in measurements and "tier_b_amplification_floor" not in checks
     check = checks["fp32:full_objective_compile_vs_eager"]
     assert check["passed"] is True, json.dumps(check, default=str)[:3000]
     assert checks["fp32:patched_eager_vs_baseline_eager"]["passed"] is True
@@ -768,3 +774,19 @@ def test_full_objective_compile_matches_eager_on_cpu(
     assert critic["passed"] is False
     assert any("/loss/critic_loss" in failure for failure in critic["failures"])
     assert actor["passed"] is True
+
+    # Negative controls of the other gates, on the same real results: a final state
+    # drifted far beyond the amplification floor fails the drift gate; the baseline's
+    # first critic update with a gradient 1 % off fails the patched-vs-baseline gate.
+    drifted = copy.deepcopy(results)
+    weight = drifted["patched/fp32/full_objective_compile"]["state"]["critic"]
+    name = next(k for k in weight if k.endswith("weight"))
+    weight[name] = weight[name] * 1.5
+    drifted_checks, _ = vn.compare_configurations(drifted, iterations)
+    assert drifted_checks["fp32:full_objective_compile_vs_eager"]["passed"] is False
+    assert drifted_checks["fp32:full_objective_compile_vs_eager"]["first_update"]["passed"] is True
+    moved = copy.deepcopy(results)
+    moments = moved["baseline/fp32/eager"]["snapshots"][vn.FIRST_CRITIC_SNAPSHOT]["critic_optimizer"]["state"]
+    moments[0]["exp_avg"] = moments[0]["exp_avg"] * 1.01
+    moved_checks, _ = vn.compare_configurations(moved, iterations)
+    assert moved_checks["fp32:patched_eager_vs_baseline_eager"]["passed"] is False
