@@ -730,10 +730,6 @@ def worker_main(args: argparse.Namespace) -> None:
             learner.read_deferred_metrics()
         learner = _build_learner(learner_module, config)
 
-    if config.get("resume_from_cpu_checkpoint"):
-        result["checkpoint"] = resume_from_cpu_checkpoint(
-            learner_module, learner, config, batches[0]
-        )
     if config.get("warm_up"):
         # The runner's warm-up: a dry (zero) batch of the real layout, then the state
         # must be exactly the state before, so training below equals the baseline's.
@@ -751,6 +747,12 @@ def worker_main(args: argparse.Namespace) -> None:
         else:
             learner.warm_up(dry, inference_obs=dry["obs"])
         result["warm_up_seconds"] = time.perf_counter() - warm_start
+    if config.get("resume_from_cpu_checkpoint"):
+        # After the warm-up, as a resume of a warmed-up learner: its graphs are captured
+        # (on the graph paths), so the load must keep the rate tensors and recapture.
+        result["checkpoint"] = resume_from_cpu_checkpoint(
+            learner_module, learner, config, batches[0]
+        )
     from torch._dynamo.utils import counters
 
     graphs_before = int(counters["stats"]["unique_graphs"])
