@@ -1013,11 +1013,7 @@ def bitwise_vs_baseline(
         "metrics": metric_cmp,
     }
     if require_no_skips:
-        skip_rates = [
-            m[key]
-            for m in candidate["metrics"]
-            for key in ("critic_skip_rate", "actor_skip_rate", "temperature_skip_rate")
-        ]
+        skip_rates = [m[key] for m in candidate["metrics"] for key in SKIP_RATE_KEYS]
         report["skip_rates_all_zero"] = bool(skip_rates) and not any(skip_rates)
         report["passed"] = report["passed"] and report["skip_rates_all_zero"]
     return report
@@ -1150,8 +1146,6 @@ def injection_report(
     the scheduler still advances the learning rate). The temperature step sees a finite
     loss and proceeds.
     """
-    import torch
-
     snaps = guarded["snapshots"]
 
     def critic_side(state: dict[str, Any]) -> dict[str, Any]:
@@ -1163,10 +1157,9 @@ def injection_report(
 
     critic_unchanged = compare_states(critic_side(snaps["9:critic"]), critic_side(snaps["10:critic"]))
 
-    def actor_side(state: dict[str, Any]) -> dict[str, Any]:
-        return {"actor": state["actor"], "actor_optimizer": state["actor_optimizer"]["state"]}
-
-    actor_unchanged = compare_states(actor_side(snaps["14:actor"]), actor_side(snaps["15:critic"]))
+    actor_unchanged = compare_states(
+        _actor_side(snaps["14:actor"]), _actor_side(snaps["15:critic"])
+    )
     temperature_moved = not compare_states(
         snaps["14:actor"]["temperature"], snaps["15:critic"]["temperature"]
     )["equal"]
@@ -1177,11 +1170,7 @@ def injection_report(
         (critic_iteration, "critic_skip_rate"): 1.0 / updates_per_step,
         (actor_iteration, "actor_skip_rate"): 1.0,
     }
-    skip_rates = {
-        (i, key): m[key]
-        for i, m in enumerate(metrics)
-        for key in ("critic_skip_rate", "actor_skip_rate", "temperature_skip_rate")
-    }
+    skip_rates = {(i, key): m[key] for i, m in enumerate(metrics) for key in SKIP_RATE_KEYS}
     skips_as_expected = all(value == expected.get(key, 0.0) for key, value in skip_rates.items())
     return {
         "passed": bool(
