@@ -42,6 +42,6 @@ test: setup
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
 
 clean:
-	rm -rf .cache work overlay/uni_rl overlay/MANIFEST.json
+	rm -rf .cache work overlay/uni_rl overlay/unisim overlay/MANIFEST.json
 
 -include experiments/Makefile.bench.mk

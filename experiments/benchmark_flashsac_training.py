@@ -222,12 +222,13 @@ def resolve_learner(args: argparse.Namespace) -> tuple[str, Path | None]:
 
 
 def provenance_site(overlay: Path, learner_path: Path | None, scratch: Path) -> Path | None:
-    """A path entry that activates the overlay's provenance ``sitecustomize`` without its uni_rl.
+    """A path entry that activates the overlay's provenance ``sitecustomize`` without its packages.
 
     For the overlay learner the overlay itself is on the path. For the references the
-    overlay must not be (its uni_rl would shadow theirs), yet every process should still
-    write its provenance record; so the overlay's top-level runtime files, minus uni_rl,
-    are linked into a scratch folder that goes on the path after the reference learner.
+    overlay must not be (its uni_rl would shadow theirs, its unisim the installed one), yet
+    every process should still write its provenance record; so the overlay's top-level
+    runtime files, minus its packages, are linked into a scratch folder that goes on the
+    path after the reference learner.
     """
     overlay = overlay.resolve()
     if learner_path is not None and learner_path == overlay:
@@ -237,7 +238,7 @@ def provenance_site(overlay: Path, learner_path: Path | None, scratch: Path) -> 
     site = scratch / "provenance-site"
     site.mkdir(parents=True, exist_ok=True)
     for entry in overlay.iterdir():
-        if entry.name in ("uni_rl", "__pycache__"):
+        if entry.name in ("uni_rl", "unisim", "__pycache__"):
             continue
         link = site / entry.name
         if not link.exists():

@@ -2,8 +2,8 @@
 
 Loaded at start-up of every process of a run by sitecustomize.py beside it (the overlay directory is first
 on PYTHONPATH, and spawned collectors inherit PYTHONPATH). Standard library only: it runs before anything
-else and must never be the reason a run breaks. A run whose uni_rl does not come from this overlay is
-flagged on stderr at exit and in the record, never silently accepted.
+else and must never be the reason a run breaks. A run that imports an overlay package (uni_rl, unisim) from
+anywhere but this overlay is flagged on stderr at exit and in the record, never silently accepted.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 
 OVERLAY_DIR = Path(__file__).resolve().parent
 WATCHED = ("uni_rl", "unilab", "unisim")
+# the packages `make apply` builds here (scripts/patchset/targets.py); the overlay's MANIFEST.json names them too
+OVERLAY_PACKAGES = ("uni_rl", "unisim")
 DISTRIBUTIONS = ("unilab", "unilab-rl", "unisim-core", "torch", "mujoco")
 STATE_FILE = Path(".flashsac-overlay") / "state.json"
 
@@ -86,15 +88,19 @@ def collect() -> dict[str, Any]:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
-    uni_rl = next((m for m in modules if m["name"] == "uni_rl"), None)
+    packages = sorted({rel.split("/")[0] for rel in overlay.get("files", {})}) or list(OVERLAY_PACKAGES)
+    roots = {m["name"]: m for m in modules if m["name"] in packages}
     warnings = []
-    if uni_rl is not None and uni_rl["origin"] != "overlay":
-        warnings.append(f"uni_rl was imported from {uni_rl['file']} ({uni_rl['origin']}), NOT from the overlay {OVERLAY_DIR}")
+    for name, root in sorted(roots.items()):
+        if root["origin"] != "overlay":
+            warnings.append(f"{name} was imported from {root['file']} ({root['origin']}), "
+                            f"NOT from the overlay {OVERLAY_DIR}")
     mismatched = [m["name"] for m in modules if m["matches"] is False]
     if mismatched:
         warnings.append(f"imported files differ from the applied series: {', '.join(mismatched)}")
-    if not overlay and uni_rl is not None:
+    if not overlay and roots:
         warnings.append(f"{OVERLAY_DIR / 'MANIFEST.json'} is missing: the overlay was not built by 'make apply'")
+    uni_rl = roots.get("uni_rl")
     return {
         "pid": os.getpid(),
         "executable": sys.executable,
@@ -105,6 +111,7 @@ def collect() -> dict[str, Any]:
         "series_sha256": overlay.get("series_sha256"),
         "flags": overlay.get("flags", {}),
         "uni_rl_origin": uni_rl["origin"] if uni_rl else None,
+        "package_origins": {name: root["origin"] for name, root in roots.items()},
         "modules": modules,
         "versions": versions,
         "versions_note": (
@@ -117,7 +124,7 @@ def collect() -> dict[str, Any]:
 
 
 def _at_exit() -> None:
-    if "uni_rl" not in sys.modules and not os.environ.get("FLASHSAC_PROVENANCE_DIR"):
+    if not any(p in sys.modules for p in OVERLAY_PACKAGES) and not os.environ.get("FLASHSAC_PROVENANCE_DIR"):
         return
     record = collect()
     for warning in record["warnings"]:

@@ -35,7 +35,7 @@ def test_round_trip_is_byte_identical(checkout: Path, overlay: Path, run_patchse
     applied = run_patchset("apply", "--unilab", str(checkout))
     assert applied.returncode == 0, applied.stderr
     assert tree_hashes(checkout)[CONFIG] != before[CONFIG]
-    assert (overlay / "uni_rl" / "__init__.py").is_file()
+    assert (overlay / "uni_rl" / "__init__.py").is_file() and (overlay / "unisim" / "__init__.py").is_file()
     state = json.loads((checkout / ".flashsac-overlay" / "state.json").read_text())
     assert state["phase"] == "applied" and state["files"]["unilab"][CONFIG]["pre"]
     assert {"tool_version", "series_sha256", "versions", "flags", "time"} <= set(state)

@@ -150,6 +150,7 @@ def test_reference_configs_choose_their_learner_and_keep_the_overlay_off_the_pat
     overlay = tmp_path / "overlay"
     (overlay / "uni_rl").mkdir(parents=True)
     (overlay / "uni_rl" / "__init__.py").write_text("")
+    (overlay / "unisim").mkdir()
     (overlay / "sitecustomize.py").write_text("")
     base = tmp_path / "base"
     (base / "uni_rl").mkdir(parents=True)
@@ -160,7 +161,8 @@ def test_reference_configs_choose_their_learner_and_keep_the_overlay_off_the_pat
     source, path = single.resolve_learner(args)
     assert (source, path) == ("installed", None)
     site = single.provenance_site(overlay, path, tmp_path / "scratch")
-    assert site is not None and (site / "sitecustomize.py").exists() and not (site / "uni_rl").exists()
+    assert site is not None and (site / "sitecustomize.py").exists()
+    assert not (site / "uni_rl").exists() and not (site / "unisim").exists()
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(overlay), "/elsewhere"]))
     env = single.child_env(learner_path=None, prov_site=site, unilab_root=tmp_path / "ul", overlay=overlay,
                            timings=tmp_path / "t.jsonl", provenance_dir=tmp_path / "p")

@@ -9,10 +9,17 @@ equal. qpos/qvel are the backend's bound float32 views (the task's dtype; the pi
 view): a difference hidden below float32 in the float64 native state would surface through the chaotic dynamics
 within a few steps. Negative control: one action component of one env at one step flipped on the patched side
 must be reported, first at that step.
+
+The patched side runs the overlay's unisim (the unisim-core set_const cut): its provenance record must show the
+patched unisim module imported from the overlay with the manifest's post-image hash. For this task skipping
+set_const always is bitwise equal too (every reset model write is NONE-level), so a broken cut condition cannot
+show up here; the control that the overlay's unisim is in the compared path is a copy of the overlay whose
+reset skips its model writes: the comparison must report it from step 0.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -45,10 +52,16 @@ def runnable_tree(source: Path, dest: Path) -> Path:
     return dest
 
 
-def trajectory(tree: Path, output: Path, *, overlay: Path | None = None, perturb_step: int = -1) -> dict:
+UNISIM_BACKEND = "unisim/backend/mujoco/backend.py"
+
+
+def trajectory(tree: Path, output: Path, *, overlay: Path | None = None, perturb_step: int = -1,
+               provenance: Path | None = None) -> dict:
     paths = ([str(overlay)] if overlay else []) + [str(tree / "src")]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FLASHSAC_PROVENANCE_DIR")}
     env["PYTHONPATH"] = os.pathsep.join(paths)
+    if provenance is not None:
+        env["FLASHSAC_PROVENANCE_DIR"] = str(provenance)
     proc = subprocess.run(
         [sys.executable, str(HARNESS), "--mode", "trajectory", "--num-envs", str(NUM_ENVS), "--steps", str(STEPS),
          "--perturb-step", str(perturb_step), "--output", str(output)],
@@ -82,8 +95,27 @@ def test_episodes_end_and_reset(pristine_run: dict) -> None:
 
 def test_patched_tree_steps_bitwise_like_pristine(trees: tuple[Path, Path, Path], pristine_run: dict,
                                                   tmp_path: Path) -> None:
-    patched = trajectory(trees[1], tmp_path / "patched.npz", overlay=trees[2])
+    patched = trajectory(trees[1], tmp_path / "patched.npz", overlay=trees[2], provenance=tmp_path / "prov")
     assert compare_trajectories(pristine_run, patched) == []
+    post = json.loads((PROJECT / "patches" / "MANIFEST.json").read_text())["targets"]["unisim"][UNISIM_BACKEND]["post"]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "prov").glob("provenance-*.json")]
+    backends = [m for r in records for m in r["modules"] if m["name"] == "unisim.backend.mujoco.backend"]
+    assert backends and all(m["origin"] == "overlay" and m["sha256"] == post for m in backends), backends
+    assert not any(r["flagged"] for r in records)
+
+
+def test_comparison_sees_the_overlay_unisim(trees: tuple[Path, Path, Path], pristine_run: dict,
+                                            tmp_path: Path) -> None:
+    """Control: the overlay's unisim with its reset model writes skipped is caught, first at step 0."""
+    overlay = tmp_path / "overlay"
+    shutil.copytree(trees[2], overlay, ignore=shutil.ignore_patterns("__pycache__"))
+    backend = overlay / UNISIM_BACKEND
+    loop = "            for write in plan.model_writes:\n"
+    assert backend.read_text().count(loop) == 1
+    backend.write_text(backend.read_text().replace(loop, "            for write in plan.model_writes[:0]:\n"))
+    broken = trajectory(trees[1], tmp_path / "broken.npz", overlay=overlay)
+    by_key = {p.split(":")[0]: p for p in compare_trajectories(pristine_run, broken)}
+    assert by_key["qpos"].endswith("first at step 0"), by_key
 
 
 def test_comparison_catches_one_flipped_action(trees: tuple[Path, Path, Path], pristine_run: dict,

@@ -78,6 +78,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "compile-graphs": (False, False),
         "iteration-graph": (True, False),
         "iteration-graph-inference": (True, True),
+        "collector-pinned": (True, True),
         "patched-default": (True, True),
         "collector-pinned": (True, True),  # the default learner; only the CPU placement differs
     }

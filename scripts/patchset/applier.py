@@ -1,6 +1,6 @@
 """apply / revert / status: the orchestration of series -> plan -> check -> apply -> state.
 
-Apply is all or nothing: both trees are planned and checked in memory first; then the journal (the state
+Apply is all or nothing: every target (targets.py) is planned and checked in memory first; then the journal (the state
 directory, phase 'applying', with pre-image backups) appears atomically before the first byte of a target
 changes, so a crash at any point is rolled back by the next run (recovery.py), and an error or SIGINT/SIGTERM
 is rolled back at once. Revert restores byte for byte from those backups. Every mutation goes through fsops.
@@ -27,10 +27,9 @@ from .pins import load_pins
 from .plan import FileChange, plan_target
 from .series import Series, load_series
 from .state import create_state, image_path, load_state, save_state
-from .trees import create_embedded_tree, file_marker, read_file, uv_python, wheel_package_files
-
-TARGET_CHECKOUT = recovery.TARGET_CHECKOUT
-TARGET_OVERLAY = recovery.TARGET_OVERLAY
+from .targets import CHECKOUT_TARGET as TARGET_CHECKOUT
+from .targets import OVERLAY_PACKAGES, OVERLAY_TARGETS
+from .trees import create_embedded_tree, file_marker, package_files, read_file, uv_python
 
 
 @dataclass
@@ -44,8 +43,13 @@ class Options:
     allow_version_drift: bool = False
     allow_other_commit: bool = False
     force: bool = False
-    wheel: Path | None = None
-    sdist: Path | None = None
+    wheel: Path | None = None  # the pinned unilab-rl base wheel (else cache/download)
+    sdist: Path | None = None  # the pinned unilab sdist
+    unisim_sdist: Path | None = None  # the pinned unisim-core sdist
+
+    def artifact(self, package: str) -> Path | None:
+        """The file the user gave for an overlay package's pinned artifact, if any."""
+        return {"uni_rl": self.wheel, "unisim": self.unisim_sdist}[package]
 
 
 @dataclass
@@ -102,6 +106,17 @@ def overlay_for(opts: Options, checkout: Path, state: dict[str, Any] | None) -> 
     return recorded
 
 
+def overlay_pristine(opts: Options, pins: dict[str, str]) -> tuple[dict[str, ovl.Files], dict[str, dict[str, str]]]:
+    """Each overlay package as its verified pinned artifact holds it, and which artifact that was."""
+    pristine, artifacts = {}, {}
+    for package in OVERLAY_PACKAGES:
+        name, sha256 = package.artifact(pins)
+        pristine[package.name] = package_files(pinned_artifact(name, sha256, opts.artifact(package.name)),
+                                               package.name)
+        artifacts[package.name] = {"file": name, "sha256": sha256}
+    return pristine, artifacts
+
+
 def _load(opts: Options) -> tuple[dict[str, str], Series, dict[str, Any]]:
     pins = load_pins()
     series = load_series(opts.patches_dir)
@@ -156,7 +171,7 @@ class Prepared:
 
 def _prepare(opts: Options, pins: dict[str, str], series: Series, manifest: dict, checkout: Path,
              overlay: Path) -> Prepared:
-    """Check pins and both trees and plan both, in memory; nothing is written."""
+    """Check pins and every target and plan them, in memory; nothing is written."""
     python = python_command(opts, checkout)
     versions = checks.check_versions(pins, python, opts.allow_version_drift)
     touched = sorted(manifest["targets"][TARGET_CHECKOUT])
@@ -166,15 +181,16 @@ def _prepare(opts: Options, pins: dict[str, str], series: Series, manifest: dict
     checks.verify_post_images(TARGET_CHECKOUT, plan_u, manifest)
     identity = checks.check_identity(pins, checkout, touched, opts.allow_other_commit)
     checks.check_writable(checkout, plan_u)
-    wheel = pinned_artifact(pins["UNILAB_RL_BASE_WHEEL"], pins["UNILAB_RL_BASE_WHEEL_SHA256"], opts.wheel)
-    pristine = wheel_package_files(wheel, ovl.PACKAGE)
-    checks.verify_pre_images(TARGET_OVERLAY, lambda rel: pristine[rel][0] if rel in pristine else None,
-                             manifest, wheel)
-    files, plan_r = ovl.build(wheel, series.for_target(TARGET_OVERLAY))
-    checks.verify_post_images(TARGET_OVERLAY, plan_r, manifest)
+    pristine, artifacts = overlay_pristine(opts, pins)
+    for package, own in pristine.items():
+        checks.verify_pre_images(package, lambda rel, own=own: own[rel][0] if rel in own else None,
+                                 manifest, Path(artifacts[package]["file"]))
+    files, overlay_plans = ovl.build(pristine, series)
+    for package, plan in overlay_plans.items():
+        checks.verify_post_images(package, plan, manifest)
     package_there, overlay_manifest = ovl.check_existing(overlay, files)
     images = {f"backup/{TARGET_CHECKOUT}/{p}": (c.pre, 0o644) for p, c in plan_u.items() if c.pre is not None}
-    for target, plan in ((TARGET_CHECKOUT, plan_u), (TARGET_OVERLAY, plan_r)):
+    for target, plan in ((TARGET_CHECKOUT, plan_u), *overlay_plans.items()):
         images.update({f"post/{target}/{p}": (c.post, 0o644) for p, c in plan.items() if c.post is not None})
     created = {d for p, c in plan_u.items() if c.post is not None
                for d in fsops.missing_parents((checkout / p).parent, checkout)}
@@ -185,9 +201,10 @@ def _prepare(opts: Options, pins: dict[str, str], series: Series, manifest: dict
         "series_sha256": series.sha256,
         "patches": [{"name": p.name, "target": p.target, "sha256": p.sha256} for p in series.patches],
         "files": {TARGET_CHECKOUT: _file_records(plan_u, checkout),
-                  TARGET_OVERLAY: {p: {"pre": c.pre_sha256, "post": c.post_sha256,
-                                       "mode": pristine[p][1] if p in pristine else None}
-                                   for p, c in sorted(plan_r.items())}},
+                  **{package: {p: {"pre": c.pre_sha256, "post": c.post_sha256,
+                                   "mode": pristine[package][p][1] if p in pristine[package] else None}
+                               for p, c in sorted(plan.items())}
+                     for package, plan in overlay_plans.items()}},
         "checkout": str(checkout),
         "checkout_identity": identity,
         "overlay": str(overlay),
@@ -197,7 +214,7 @@ def _prepare(opts: Options, pins: dict[str, str], series: Series, manifest: dict
         "python": python,
         "versions": [{"name": c.name, "expected": c.expected, "found": c.found, "ok": c.ok} for c in versions],
         "flags": {"allow_version_drift": opts.allow_version_drift, "allow_other_commit": opts.allow_other_commit},
-        "wheel_sha256": pins["UNILAB_RL_BASE_WHEEL_SHA256"],
+        "artifacts": artifacts,
     }
     return Prepared(plan_u, files, images, state)
 
@@ -217,8 +234,9 @@ def _commit(checkout: Path, overlay: Path, prep: Prepared) -> None:
         ovl.install(overlay, prep.overlay_files)
     owners = sorted({*(state["overlay_before"]["manifest"] or {}).get("owners", []), str(checkout)})
     ovl.save_overlay_manifest(overlay, {
-        "series_sha256": state["series_sha256"], "base_wheel_sha256": state["wheel_sha256"],
-        "files": state["overlay_files"], "patched": state["files"][TARGET_OVERLAY], "owners": owners,
+        "series_sha256": state["series_sha256"], "artifacts": state["artifacts"],
+        "files": state["overlay_files"], "patched": {p: state["files"][p] for p in OVERLAY_TARGETS},
+        "owners": owners,
         "flags": state["flags"], "versions": state["versions"], "time": state["time"],
     })
     state["phase"] = "applied"
@@ -306,8 +324,8 @@ def file_statuses(checkout: Path, overlay: Path, manifest: dict[str, Any] | None
     for target, files in expected.items():
         root = checkout if target == TARGET_CHECKOUT else overlay
         for path, want in sorted(files.items()):
-            if target == TARGET_OVERLAY and not ovl.package_dir(overlay).exists():
-                current = want["pre"]  # no overlay built: the wheel's pristine file is what imports would see
+            if target != TARGET_CHECKOUT and not ovl.package_dir(overlay, target).exists():
+                current = want["pre"]  # no overlay built: the artifact's pristine file is what imports would see
             else:
                 current = file_marker(root, path)
             if current == want["post"]:
@@ -427,16 +445,15 @@ def revert(opts: Options) -> Outcome:
 
 
 def plan_pristine(opts: Options) -> tuple[Series, dict[str, dict[str, FileChange]]]:
-    """Plan the series over the pristine pinned trees (sdist, wheel); used to (re)write the manifest."""
+    """Plan the series over the pristine pinned trees (sdists, wheel); used to (re)write the manifest."""
     pins = load_pins()
     series = load_series(opts.patches_dir)
     sdist = pinned_artifact(pins["UNILAB_SDIST"], pins["UNILAB_SDIST_SHA256"], opts.sdist)
-    wheel = pinned_artifact(pins["UNILAB_RL_BASE_WHEEL"], pins["UNILAB_RL_BASE_WHEEL_SHA256"], opts.wheel)
     with tarfile.open(sdist) as tar:
         members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if m.isfile() and "/" in m.name}
         def read_sdist(rel: str) -> bytes | None:
             member = members.get(rel)
             return tar.extractfile(member).read() if member else None
         plan_u = plan_target(series.for_target(TARGET_CHECKOUT), read_sdist)
-    _, plan_r = ovl.build(wheel, series.for_target(TARGET_OVERLAY))
-    return series, {TARGET_CHECKOUT: plan_u, TARGET_OVERLAY: plan_r}
+    _, overlay_plans = ovl.build(overlay_pristine(opts, pins)[0], series)
+    return series, {TARGET_CHECKOUT: plan_u, **overlay_plans}

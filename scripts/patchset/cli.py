@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--python", help="interpreter command that runs UniLab (default: checkout's uv env, else ours)")
     parser.add_argument("--wheel", type=Path, help="path of the pinned unilab-rl base wheel (else cache/download)")
     parser.add_argument("--sdist", type=Path, help="path of the pinned unilab sdist (else cache/download)")
+    parser.add_argument("--unisim-sdist", type=Path,
+                        help="path of the pinned unisim-core sdist (else cache/download)")
     parser.add_argument("--allow-version-drift", action="store_true", default=_env_flag("ALLOW_DRIFT"))
     parser.add_argument("--allow-other-commit", action="store_true", default=_env_flag("ALLOW_OTHER_COMMIT"))
     parser.add_argument("--force", action="store_true", default=_env_flag("FORCE"),
@@ -51,7 +53,7 @@ def _options(args: argparse.Namespace) -> applier.Options:
         patches_dir=args.patches.resolve(),
         python=shlex.split(args.python) if args.python else None,
         allow_version_drift=args.allow_version_drift, allow_other_commit=args.allow_other_commit,
-        force=args.force, wheel=args.wheel, sdist=args.sdist,
+        force=args.force, wheel=args.wheel, sdist=args.sdist, unisim_sdist=args.unisim_sdist,
     )
 
 

@@ -1,7 +1,7 @@
 """patches/MANIFEST.json: the committed record of what each patch file and each touched file must hash to.
 
 It pins the patch files themselves (tampering shows up as a digest mismatch) and the pre-/post-image sha256
-of every touched file of both trees, so a target is verified by content even when it is not a git checkout.
+of every touched file of every target, so a target is verified by content even when it is not a git checkout.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 from .errors import PatchsetError
 from .plan import FileChange
-from .series import TARGETS, Series
+from .series import Series
+from .targets import TARGETS
 
 MANIFEST_NAME = "MANIFEST.json"
 
@@ -55,7 +56,7 @@ def _structure_error(manifest: Any) -> str | None:
     if not isinstance(patches, dict) or not all(isinstance(e, dict) and "sha256" in e for e in patches.values()):
         return "'patches' is missing or lacks sha256 entries"
     if not isinstance(targets, dict) or set(targets) != set(TARGETS):
-        return f"'targets' must name {' and '.join(TARGETS)}"
+        return f"'targets' must name {', '.join(TARGETS)}"
     for target, files in targets.items():
         if not isinstance(files, dict) or not all(isinstance(e, dict) and {"pre", "post"} <= set(e)
                                                   for e in files.values()):

@@ -1,10 +1,11 @@
-"""The overlay: the patched uni_rl built from the pinned wheel, first on PYTHONPATH at run time.
+"""The overlay: the patched overlay packages (targets.OVERLAY_PACKAGES: uni_rl from the pinned unilab-rl wheel,
+unisim from the pinned unisim-core sdist), first on PYTHONPATH at run time.
 
-The package is patched in memory, written to a private staging directory beside overlay/uni_rl and renamed into
-place, so a half-built overlay is never importable. overlay/MANIFEST.json (mode 0644: other accounts may share
-the overlay) lists the sha256 of every file of the built package (the provenance hook compares imported files
-against it) and the checkouts that use it (the last revert removes it). A uni_rl directory that patchset did not
-build is never touched.
+The packages are patched in memory, written to one private staging directory beside them and renamed into place
+one by one, so a half-built package is never importable. overlay/MANIFEST.json (mode 0644: other accounts may
+share the overlay) lists the sha256 of every file of the built packages (the provenance hook compares imported
+files against it) and the checkouts that use it (the last revert removes it). A package directory that patchset
+did not build is never touched.
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ from typing import Any
 from . import fsops
 from .errors import PatchsetError
 from .plan import FileChange, plan_target
-from .series import Patch
-from .trees import wheel_package_files
+from .series import Series
+from .targets import OVERLAY_TARGETS
 
-PACKAGE = "uni_rl"
 MANIFEST = "MANIFEST.json"
 Files = dict[str, tuple[bytes, int]]
 
 
-def package_dir(overlay: Path) -> Path:
-    return overlay / PACKAGE
+def package_dir(overlay: Path, package: str) -> Path:
+    return overlay / package
+
+
+def _present(overlay: Path) -> list[Path]:
+    """The overlay package directories that exist (or are links) now."""
+    return [d for d in (package_dir(overlay, p) for p in OVERLAY_TARGETS) if d.exists() or d.is_symlink()]
 
 
 def load_overlay_manifest(overlay: Path) -> dict[str, Any] | None:
@@ -44,8 +49,8 @@ def load_overlay_manifest(overlay: Path) -> dict[str, Any] | None:
         if ok:
             return manifest
         problem = "it lacks 'files', 'owners' or 'series_sha256'"
-    raise PatchsetError(f"{path} is corrupt: {problem}; delete it and {package_dir(overlay)}, "
-                        "then apply again in each checkout that used it")
+    raise PatchsetError(f"{path} is corrupt: {problem}; delete it and the package directories "
+                        f"({', '.join(OVERLAY_TARGETS)}) beside it, then apply again in each checkout that used it")
 
 
 def save_overlay_manifest(overlay: Path, manifest: dict[str, Any]) -> None:
@@ -57,40 +62,49 @@ def hash_files(files: Files) -> dict[str, str]:
 
 
 def hash_tree(root: Path) -> dict[str, str]:
-    """sha256 of every file under root/<PACKAGE>, keyed by its path relative to root."""
+    """sha256 of every file under each overlay package directory of root, keyed by its path relative to root."""
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(package_dir(root).rglob("*"))
+        for package in OVERLAY_TARGETS
+        for p in sorted(package_dir(root, package).rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts
     }
 
 
-def build(wheel: Path, patches: list[Patch]) -> tuple[Files, dict[str, FileChange]]:
-    """The wheel's uni_rl with the series applied, in memory (relative path -> bytes, mode), and the plan."""
-    files = wheel_package_files(wheel, PACKAGE)
-    plan = plan_target(patches, lambda rel: files[rel][0] if rel in files else None)
-    for rel, change in plan.items():
-        if change.post is None:
-            files.pop(rel, None)
-        else:
-            files[rel] = (change.post, files[rel][1] if rel in files else 0o644)
-    return files, plan
+def build(pristine: dict[str, Files], series: Series) -> tuple[Files, dict[str, dict[str, FileChange]]]:
+    """Every overlay package with its patches applied, in memory (overlay-relative path -> bytes, mode), and the
+    plan of each target. pristine: package -> its files in the pinned artifact."""
+    files: Files = {}
+    plans = {}
+    for package in OVERLAY_TARGETS:
+        own = dict(pristine[package])
+        plans[package] = plan_target(series.for_target(package), lambda rel, own=own: own[rel][0] if rel in own else None)
+        for rel, change in plans[package].items():
+            if change.post is None:
+                own.pop(rel, None)
+            else:
+                own[rel] = (change.post, own[rel][1] if rel in own else 0o644)
+        files.update(own)
+    return files, plans
 
 
 def check_existing(overlay: Path, files: Files) -> tuple[bool, dict[str, Any] | None]:
-    """Whether an overlay package is already there (then it must be ours, of this series, unedited) and its manifest.
+    """Whether the overlay packages are already there (then they must be ours, of this series, unedited) and the
+    overlay's manifest.
 
-    Refuses before anything is written when overlay/uni_rl is not a package patchset built for this series.
+    Refuses before anything is written when a package directory there is not one patchset built for this series.
     """
     manifest = load_overlay_manifest(overlay)
-    pkg = package_dir(overlay)
-    if not (pkg.exists() or pkg.is_symlink()):
+    present = _present(overlay)
+    if not present:
         if manifest is not None:
-            raise PatchsetError(f"{overlay / MANIFEST} lists checkouts ({', '.join(manifest['owners'])}) but {pkg} is "
-                                "missing; revert them or delete the manifest")
+            raise PatchsetError(f"{overlay / MANIFEST} lists checkouts ({', '.join(manifest['owners'])}) but its "
+                                "packages are missing; revert them or delete the manifest")
         return False, None
-    if manifest is None or pkg.is_symlink() or not pkg.is_dir():
-        raise PatchsetError(f"{pkg} exists and was not built by patchset; move it away or choose another OVERLAY=")
+    alien = next((d for d in present if manifest is None or d.is_symlink() or not d.is_dir()), None)
+    if alien is not None:
+        raise PatchsetError(f"{alien} exists and was not built by patchset; move it away or choose another OVERLAY=")
+    pkg = ", ".join(str(d) for d in present)
     if manifest["files"] != hash_files(files):
         raise PatchsetError(f"{overlay} holds an overlay of another series; revert its checkouts "
                             f"({', '.join(manifest['owners'])}) first or choose another OVERLAY=")
@@ -101,20 +115,30 @@ def check_existing(overlay: Path, files: Files) -> tuple[bool, dict[str, Any] | 
 
 
 def install(overlay: Path, files: Files) -> None:
-    """Write the package to a private staging directory and rename it into place (checked absent before)."""
+    """Write the packages to a private staging directory and rename each into place (checked absent before)."""
     staging = fsops.fill_dir(overlay, "staging", files)
-    fsops.rename(staging / PACKAGE, package_dir(overlay))
+    for package in OVERLAY_TARGETS:
+        fsops.rename(staging / package, package_dir(overlay, package))
     fsops.rmdir(staging)
 
 
 def remove_ours(overlay: Path, files: dict[str, str] | None) -> None:
-    """Delete the package if it is the one we built (same files, unless files is None: edits already saved)."""
-    pkg = package_dir(overlay)
-    if not (pkg.exists() or pkg.is_symlink()):
+    """Delete the packages if they are the ones we built (same files, unless files is None: edits already saved).
+
+    Idempotent: a revert killed between two packages finds the rest and removes them the next time.
+    """
+    present = _present(overlay)
+    if not present:
         return
-    if pkg.is_symlink() or not pkg.is_dir() or (files is not None and hash_tree(overlay) != files):
+    # what is left must be exactly the built files of the packages still present
+    left = None if files is None else {rel: h for rel, h in files.items()
+                                       if package_dir(overlay, rel.split("/")[0]) in present}
+    alien = next((d for d in present if d.is_symlink() or not d.is_dir()), None)
+    if alien is not None or (left is not None and hash_tree(overlay) != left):
+        pkg = alien or ", ".join(str(d) for d in present)
         raise PatchsetError(f"{pkg} is not the overlay this checkout built (changed since); move it away and retry")
-    fsops.discard(pkg)
+    for directory in present:
+        fsops.discard(directory)
 
 
 def release(overlay: Path, checkout: Path, files: dict[str, str], edits_saved: bool) -> bool:

@@ -16,10 +16,8 @@ from . import overlay as ovl
 from .errors import PatchsetError
 from .plan import sha256
 from .state import image_path, state_dir
+from .targets import CHECKOUT_TARGET as TARGET_CHECKOUT
 from .trees import file_marker
-
-TARGET_CHECKOUT = "unilab"
-TARGET_OVERLAY = "uni_rl"
 
 
 def sweep_dirs(checkout: Path, state: dict[str, Any] | None, manifest: dict[str, Any] | None,

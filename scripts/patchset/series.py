@@ -14,8 +14,8 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from .errors import PatchsetError
+from .targets import TARGETS
 
-TARGETS = ("unilab", "uni_rl")
 REQUIRED_HEADER_FIELDS = ("Description", "Target", "Last-Update")
 
 

@@ -1,5 +1,5 @@
-"""The two target trees: a user's UniLab checkout (identified by git HEAD and file content) and the uni_rl
-source inside the pinned wheel; plus the embedded default UniLab tree made from the pinned sdist."""
+"""The target trees: a user's UniLab checkout (identified by git HEAD and file content) and the overlay packages
+inside their pinned wheel or sdist; plus the embedded default UniLab tree made from the pinned sdist."""
 
 from __future__ import annotations
 
@@ -128,6 +128,26 @@ def wheel_package_files(wheel: Path, package: str) -> dict[str, tuple[bytes, int
             for info in zf.infolist()
             if info.filename.startswith(package + "/") and not info.is_dir()
         }
+
+
+def sdist_package_files(sdist: Path, package: str) -> dict[str, tuple[bytes, int]]:
+    """One top-level package of an sdist (at <top>/src/<package>/ or <top>/<package>/) in memory, like a wheel's:
+    path (starting with package/) -> (bytes, file mode). The sdist itself is the pinned artifact, never a build."""
+    files: dict[str, tuple[bytes, int]] = {}
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            parts = member.name.split("/")[1:]
+            rel = parts[1:] if parts[:1] == ["src"] else parts
+            if member.isfile() and len(rel) > 1 and rel[0] == package:
+                files["/".join(rel)] = (tar.extractfile(member).read(), (member.mode & 0o777) or 0o644)
+    return files
+
+
+def package_files(artifact: Path, package: str) -> dict[str, tuple[bytes, int]]:
+    """One top-level package of a pinned artifact, a wheel or an sdist, in memory."""
+    if artifact.name.endswith(".whl"):
+        return wheel_package_files(artifact, package)
+    return sdist_package_files(artifact, package)
 
 
 def extract_wheel_package(wheel: Path, package: str, dest: Path) -> None:
