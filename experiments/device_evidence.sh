@@ -16,7 +16,7 @@
 #           make variables of each (e.g. 'SETTING=report SCHEDULES=2 CONFIGS=baseline-1.3.2,patched-default').
 #           Run it alone.
 #
-# Prepare and carry as for device_bench.sh (.whl .assets overlay/uni_rl overlay/MANIFEST.json work).
+# Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work).
 # Environment: BUDGET_S; checks: SEEDS (1 2 3), PARITY_ITERATIONS (1000), REPLAY_ITERATIONS (1000);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
@@ -26,8 +26,9 @@ work=/tmp/evidence
 rm -rf "$work" && mkdir -p "$work"
 trap 'tar czf "$OUT/evidence.tgz" -C "$work" .' EXIT
 bash experiments/device_bench.sh install || exit 1
-export PYTHONPATH=/tmp/site MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled PYTHONUNBUFFERED=1
-assets=.assets/unilab-1.3.2-g1-assets.tar.xz
+export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
+  PYTHONUNBUFFERED=1
+assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
 { date -u; nproc; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
   >"$work/machine.txt" 2>&1
 # Seed the G1 assets once, before parallel invocations would each try to.
