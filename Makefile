@@ -1,6 +1,6 @@
 # FlashSAC patch-set overlay. `make apply` and `make test` do everything on a fresh machine.
 # Variables: UNILAB=<checkout> (default: embedded tree from the pinned sdist), PYTHON=<UniLab interpreter>,
-#            ALLOW_DRIFT=1, ALLOW_OTHER_COMMIT=1, FORCE=1 (revert over your edits, saved as a diff first).
+#            ALLOW_DRIFT=1, ALLOW_OTHER_COMMIT=1, FORCE=1 (revert over your edits, saved byte for byte first).
 # Offline GPU host (README "Offline GPU host"): `make wheelhouse [WHEELHOUSE=wheelhouse] [PYTHON_VERSION=3.12]
 #            [ASSETS=<.tar.xz|folder>]` on a networked machine; there, any target with OFFLINE=<wheelhouse>
 #            [OFFLINE_SITE=work/offline-site] runs on python3 with the verified wheelhouse instead of the venv.

@@ -27,6 +27,9 @@ ITERATION_GRAPH_KEY = "algo.algo_params.use_whole_cycle_cuda_graph"
 #: The patched config's switch for the collector's inference through a CUDA graph (patch 0009).
 INFERENCE_GRAPH_KEY = "algo.algo_params.use_cuda_graph_inference"
 
+#: The patched config's single-rank CPU split (unilab patch 0002): CPUs kept for the learner.
+LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
+
 _P = "++algo.algo_params."
 #: The whole-iteration graph and the graphed inference are the patched tree's defaults: the
 #: other overlay configurations turn them off, so that each one differs from the next by its switch.
@@ -109,6 +112,14 @@ CONFIGS: dict[str, BenchConfig] = {
             "installed",
             (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true"),
             reference="upstream",
+        ),
+        BenchConfig(
+            "collector-pinned",
+            "patched defaults + collector pinned (1 CPU kept for the learner)",
+            "overlay",
+            (f"{LEARNER_RESERVED_CPUS_KEY}=1",),
+            requires_key=LEARNER_RESERVED_CPUS_KEY,
+            notes="the collector's MuJoCo pool pinned to all usable CPUs but the first (unilab 0002)",
         ),
         BenchConfig(
             "patched-default",

@@ -270,13 +270,14 @@ def require_unilab_root(root: Path) -> Path:
 
 
 def flashsac_config_keys(unilab_root: Path) -> set[str]:
-    """Dotted keys under ``algo.algo_params`` of the tree's FlashSAC config.
+    """Dotted keys under ``algo.algo_params`` and ``training`` of the tree's FlashSAC config.
 
-    Decides ``key=`` vs ``++key=`` overrides: Hydra rejects ``key=`` for a key the
-    config lacks (e.g. an unpatched tree) and ``+key=`` for one it has.
+    Decides whether a configuration that needs a patched switch can run on this tree (Hydra rejects
+    ``key=`` for a key the config lacks, e.g. an unpatched tree).
     """
     import yaml  # PyYAML comes with hydra/omegaconf in the UniLab environment
 
-    data = yaml.safe_load((unilab_root / FLASHSAC_CONFIG_REL).read_text(encoding="utf-8"))
-    params = ((data or {}).get("algo") or {}).get("algo_params") or {}
-    return {f"algo.algo_params.{k}" for k in params}
+    data = yaml.safe_load((unilab_root / FLASHSAC_CONFIG_REL).read_text(encoding="utf-8")) or {}
+    params = (data.get("algo") or {}).get("algo_params") or {}
+    training = data.get("training") or {}
+    return {f"algo.algo_params.{k}" for k in params} | {f"training.{k}" for k in training}

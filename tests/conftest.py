@@ -69,7 +69,7 @@ def overlay(tmp_path: Path) -> Path:
 
 
 def patchset_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("ALLOW_DRIFT", "ALLOW_OTHER_COMMIT", "FORCE", "PATCHSET_FAULT")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ALLOW_DRIFT", "ALLOW_OTHER_COMMIT", "FORCE", "PATCHSET_FAULT_AT", "PATCHSET_FAULT_TRACE")}
     env["PYTHONPATH"] = str(PROJECT / "scripts")
     env["PATCHSET_CACHE"] = str(cache_dir())
     env.update(extra)

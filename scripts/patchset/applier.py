@@ -1,47 +1,36 @@
 """apply / revert / status: the orchestration of series -> plan -> check -> apply -> state.
 
-Apply is all or nothing: both trees are planned and checked in memory first; then a journal (state.json,
-phase 'applying', with pre-image backups) is written before the first byte of a target changes, so a crash
-at any point can be rolled back by the next run. Revert restores byte for byte from those backups.
+Apply is all or nothing: both trees are planned and checked in memory first; then the journal (the state
+directory, phase 'applying', with pre-image backups) appears atomically before the first byte of a target
+changes, so a crash at any point is rolled back by the next run (recovery.py), and an error or SIGINT/SIGTERM
+is rolled back at once. Revert restores byte for byte from those backups. Every mutation goes through fsops.
 """
 
 from __future__ import annotations
 
-import difflib
-import os
-import shutil
-import signal
 import sys
 import tarfile
-import tempfile
-import time
-from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import TOOL_VERSION
+from . import TOOL_VERSION, checks, fsops, recovery, signals, useredits
 from . import overlay as ovl
-from .errors import PatchsetError
+from .errors import Interrupted, PatchsetError, os_error_message, with_note
 from .fetch import pinned_artifact
+from .locks import DirLocks
 from .manifest import load_manifest, verify_series
 from .paths import OVERLAY_DIR, PATCHES_DIR, embedded_tree
-from .pins import VersionCheck, check_installed, load_pins
-from .plan import FileChange, plan_target, sha256
+from .pins import load_pins
+from .plan import FileChange, plan_target
 from .series import Series, load_series
-from .state import atomic_write, load_state, locked, save_state, state_dir
-from .trees import (
-    create_embedded_tree,
-    extract_wheel_package,
-    identify_checkout,
-    is_writable_file,
-    read_file,
-    uv_python,
-)
+from .state import create_state, image_path, load_state, save_state
+from .trees import create_embedded_tree, file_marker, read_file, uv_python, wheel_package_files
 
-TARGET_CHECKOUT = "unilab"
-TARGET_OVERLAY = "uni_rl"
+TARGET_CHECKOUT = recovery.TARGET_CHECKOUT
+TARGET_OVERLAY = recovery.TARGET_OVERLAY
 
 
 @dataclass
@@ -49,7 +38,7 @@ class Options:
     """Everything a command needs to know; the CLI fills it from flags and the environment."""
 
     checkout: Path | None = None  # None: the embedded tree made from the pinned sdist
-    overlay: Path = OVERLAY_DIR
+    overlay: Path | None = None  # None: the one the checkout's state names, else overlay/ of this project
     patches_dir: Path = PATCHES_DIR
     python: list[str] | None = None  # interpreter that runs UniLab; None: the checkout's uv env or ours
     allow_version_drift: bool = False
@@ -67,24 +56,16 @@ class Outcome:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def _fault(step: str) -> None:
-    """Fault injection for the crash tests: PATCHSET_FAULT=<step>:kill or <step>:pause=<seconds>."""
-    spec = os.environ.get("PATCHSET_FAULT", "")
-    name, _, action = spec.partition(":")
-    if name != step:
-        return
-    if action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    if action.startswith("pause="):
-        time.sleep(float(action.split("=", 1)[1]))
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def resolve_checkout(opts: Options, create: bool) -> Path:
-    """The user's checkout, or the embedded tree (made from the verified sdist when create is set)."""
+    """The user's checkout, or the embedded tree (made from the verified sdist when create is set).
+
+    Two first-time runs on the embedded tree may race: creation happens under a lock on its parent directory
+    (the second waits, then finds the tree), whole under a temporary name that a killed run leaves for the next.
+    """
     if opts.checkout is not None:
         root = opts.checkout.resolve()
         if not (root / "src" / "unilab").is_dir():
@@ -96,12 +77,29 @@ def resolve_checkout(opts: Options, create: bool) -> Path:
             raise PatchsetError(f"the embedded UniLab tree {tree} does not exist; run 'make apply' first")
         pins = load_pins()
         sdist = pinned_artifact(pins["UNILAB_SDIST"], pins["UNILAB_SDIST_SHA256"], opts.sdist)
-        create_embedded_tree(sdist, tree)
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        with ExitStack() as stack:
+            DirLocks(stack, wait=True).take(tree.parent, "the directory of")
+            fsops.remove_temporaries([tree.parent])
+            if not tree.exists():
+                create_embedded_tree(sdist, tree)
     return tree
 
 
 def python_command(opts: Options, checkout: Path) -> list[str]:
     return opts.python or uv_python(checkout) or [sys.executable]
+
+
+def overlay_for(opts: Options, checkout: Path, state: dict[str, Any] | None) -> Path:
+    """The overlay of a patched checkout is the one its state names; another one given explicitly is refused."""
+    wanted = (opts.overlay or OVERLAY_DIR).resolve()
+    if state is None:
+        return wanted
+    recorded = Path(state["overlay"])
+    if opts.overlay is not None and wanted != recorded:
+        raise PatchsetError(f"{checkout} was applied with the overlay {recorded}, not {wanted}; "
+                            "leave OVERLAY= (--overlay) out or pass that one")
+    return recorded
 
 
 def _load(opts: Options) -> tuple[dict[str, str], Series, dict[str, Any]]:
@@ -112,64 +110,6 @@ def _load(opts: Options) -> tuple[dict[str, str], Series, dict[str, Any]]:
     return pins, series, manifest
 
 
-def _verify_pre_images(target: str, read: Callable[[str], bytes | None], manifest: dict[str, Any], where: Path) -> None:
-    """Each touched file must be the pinned pre-image, checked before any hunk is tried."""
-    for path, want in manifest["targets"][target].items():
-        data = read(path)
-        if sha256(data) != want["pre"]:
-            hint = " (it has CRLF line endings)" if data and b"\r\n" in data else ""
-            state = "is missing" if data is None else "differs from the pinned version"
-            raise PatchsetError(f"{path} in {where} {state}{hint}; this is not an unmodified {target} tree")
-
-
-def _verify_post_images(target: str, plan: dict[str, FileChange], manifest: dict[str, Any]) -> None:
-    """The computed post-images must be the recorded ones (patches and manifest agree)."""
-    expected = manifest["targets"][target]
-    for path, change in plan.items():
-        if path not in expected or change.post_sha256 != expected[path]["post"]:
-            raise PatchsetError(f"series produced an unexpected {path}; patches and manifest disagree (make manifest?)")
-
-
-def _check_clean(checkout: Path, touched: list[str]) -> None:
-    dirty = identify_checkout(checkout, touched).dirty_paths
-    if dirty:
-        raise PatchsetError(f"{checkout} has local edits in {', '.join(dirty)}; commit or stash them first")
-
-
-def _check_identity(opts: Options, pins: dict[str, str], checkout: Path, touched: list[str]) -> dict:
-    ident = identify_checkout(checkout, touched)
-    pinned = pins["UNILAB_COMMIT"]
-    known = ident.head == pinned or ident.head_tree == pins.get("UNILAB_SDIST_TREE")
-    if ident.is_git and not known and not opts.allow_other_commit:
-        head = ident.head[:12] if ident.head else "no commit"
-        raise PatchsetError(
-            f"{checkout} is at {head}, not UniLab {pins['UNILAB_VERSION']} ({pinned[:7]}); "
-            "the touched files match, so --allow-other-commit (ALLOW_OTHER_COMMIT=1) would apply anyway"
-        )
-    return {"is_git": ident.is_git, "head": ident.head, "head_tree": ident.head_tree, "pinned_head": known}
-
-
-def _check_versions(opts: Options, pins: dict[str, str], python: list[str]) -> list[VersionCheck]:
-    checks = check_installed(python, pins)
-    drift = [c for c in checks if not c.ok]
-    if drift and not opts.allow_version_drift:
-        raise PatchsetError(
-            "installed versions differ from VERSIONS.env: " + "; ".join(c.describe() for c in drift)
-            + f" (in {' '.join(python)}); --allow-version-drift (ALLOW_DRIFT=1) continues and records it"
-        )
-    return checks
-
-
-def _check_writable(checkout: Path, plan: dict[str, FileChange]) -> None:
-    for path in plan:
-        full = checkout / path
-        if not is_writable_file(full):
-            raise PatchsetError(f"{path} in {checkout} is read-only; make it writable (chmod u+w) and retry")
-        parent = full.parent if full.parent.exists() else checkout
-        if not os.access(parent, os.W_OK):
-            raise PatchsetError(f"cannot write in {parent}")
-
-
 def _file_records(plan: dict[str, FileChange], root: Path) -> dict[str, dict[str, Any]]:
     records = {}
     for path, change in sorted(plan.items()):
@@ -177,73 +117,6 @@ def _file_records(plan: dict[str, FileChange], root: Path) -> dict[str, dict[str
         mode = full.stat().st_mode & 0o7777 if full.exists() else None
         records[path] = {"pre": change.pre_sha256, "post": change.post_sha256, "mode": mode}
     return records
-
-
-def _save_images(checkout: Path, target: str, plan: dict[str, FileChange]) -> None:
-    """Pre-images for revert and post-images for the user-edit diff, inside the state dir."""
-    for kind, attr in (("backup", "pre"), ("post", "post")):
-        for path, change in plan.items():
-            data = getattr(change, attr)
-            if data is not None:
-                atomic_write(state_dir(checkout) / kind / target / path, data)
-
-
-def _write_checkout(checkout: Path, plan: dict[str, FileChange], records: dict[str, dict[str, Any]]) -> None:
-    for path, change in plan.items():
-        full = checkout / path
-        if change.post is None:
-            full.unlink(missing_ok=True)
-        else:
-            atomic_write(full, change.post, records[path]["mode"] or 0o644)
-
-
-def _restore_checkout(checkout: Path, state: dict[str, Any]) -> list[str]:
-    """Put back every pre-image whose file is not already pristine; returns the restored paths."""
-    restored = []
-    for path, rec in state["files"][TARGET_CHECKOUT].items():
-        full = checkout / path
-        current = sha256(read_file(checkout, path))
-        if current == rec["pre"]:
-            continue
-        if rec["pre"] is None:
-            full.unlink(missing_ok=True)
-        else:
-            data = (state_dir(checkout) / "backup" / TARGET_CHECKOUT / path).read_bytes()
-            if sha256(data) != rec["pre"]:
-                raise PatchsetError(f"backup of {path} is corrupt; restore it with git")
-            atomic_write(full, data, rec["mode"] or 0o644)
-        restored.append(path)
-    return restored
-
-
-def _release_overlay(overlay: Path, checkout: Path) -> bool:
-    """Drop this checkout from the overlay's owners; remove the built package when none remain."""
-    manifest = ovl.load_overlay_manifest(overlay)
-    owners = [o for o in (manifest or {}).get("owners", []) if o != str(checkout)]
-    if manifest is not None and owners:
-        manifest["owners"] = owners
-        ovl.save_overlay_manifest(overlay, manifest)
-        return False
-    ovl.remove_package(overlay)
-    return True
-
-
-def _finish_interrupted(opts: Options, checkout: Path, state: dict[str, Any]) -> list[str]:
-    """Roll an interrupted apply back (or complete an interrupted revert) to the pristine tree."""
-    for path, rec in state["files"][TARGET_CHECKOUT].items():
-        current = sha256(read_file(checkout, path))
-        if current not in (rec["pre"], rec["post"]):
-            raise PatchsetError(
-                f"an interrupted {state['phase'][:-3]} left {path} in an unknown state; "
-                f"restore it with git and delete {state_dir(checkout)}"
-            )
-    restored = _restore_checkout(checkout, state)
-    if state.get("overlay_owned"):
-        _release_overlay(opts.overlay, checkout)
-    ovl.remove_stale_staging(opts.overlay)
-    shutil.rmtree(state_dir(checkout))
-    verb = "rolled back an interrupted apply" if state["phase"] == "applying" else "completed an interrupted revert"
-    return [f"{verb} in {checkout}: restored {len(restored)} file(s)"]
 
 
 def _flag_lines(state: dict[str, Any]) -> list[str]:
@@ -259,11 +132,12 @@ def _flag_lines(state: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _already_applied(opts: Options, checkout: Path, series: Series, manifest: dict, state: dict) -> Outcome:
+def _already_applied(opts: Options, checkout: Path, series: Series, state: dict) -> Outcome:
     """A second apply of the same series is a no-op; anything else about an applied tree is an error."""
+    overlay = overlay_for(opts, checkout, state)
     if state["series_sha256"] != series.sha256:
         raise PatchsetError(f"{checkout} carries a different series ({state['series_sha256'][:12]}); revert it first")
-    edited = [f["path"] for f in file_statuses(opts, checkout, manifest, state) if f["status"] != "applied"]
+    edited = [f["path"] for f in file_statuses(checkout, overlay, None, state) if f["status"] != "applied"]
     if edited:
         raise PatchsetError(f"already applied, but {', '.join(edited)} changed since; see 'status'")
     lines = [f"already applied to {checkout} (series {series.sha256[:12]}); nothing to do", *_flag_lines(state)]
@@ -275,105 +149,136 @@ class Prepared:
     """Everything apply will write, computed and checked before the first byte changes."""
 
     checkout_plan: dict[str, FileChange]
-    overlay_plan: dict[str, FileChange]
-    staging: Path  # holds the patched uni_rl, not yet visible
-    overlay_files: dict[str, str]
-    existing_overlay: dict[str, Any] | None
+    overlay_files: ovl.Files  # the whole patched package, in memory
+    images: dict[str, tuple[bytes, int]]  # the journal's backup/ and post/ copies
     state: dict[str, Any]
 
 
-def _prepare(opts: Options, pins: dict[str, str], series: Series, manifest: dict, checkout: Path) -> Prepared:
-    """Check pins and both trees, plan both, stage the overlay; the caller owns (and must remove) staging."""
+def _prepare(opts: Options, pins: dict[str, str], series: Series, manifest: dict, checkout: Path,
+             overlay: Path) -> Prepared:
+    """Check pins and both trees and plan both, in memory; nothing is written."""
     python = python_command(opts, checkout)
-    versions = _check_versions(opts, pins, python)
+    versions = checks.check_versions(pins, python, opts.allow_version_drift)
     touched = sorted(manifest["targets"][TARGET_CHECKOUT])
-    _check_clean(checkout, touched)
-    _verify_pre_images(TARGET_CHECKOUT, lambda rel: read_file(checkout, rel), manifest, checkout)
+    checks.check_clean(checkout, touched)
+    checks.verify_pre_images(TARGET_CHECKOUT, lambda rel: read_file(checkout, rel), manifest, checkout)
     plan_u = plan_target(series.for_target(TARGET_CHECKOUT), lambda rel: read_file(checkout, rel))
-    _verify_post_images(TARGET_CHECKOUT, plan_u, manifest)
-    identity = _check_identity(opts, pins, checkout, touched)
-    _check_writable(checkout, plan_u)
+    checks.verify_post_images(TARGET_CHECKOUT, plan_u, manifest)
+    identity = checks.check_identity(pins, checkout, touched, opts.allow_other_commit)
+    checks.check_writable(checkout, plan_u)
     wheel = pinned_artifact(pins["UNILAB_RL_BASE_WHEEL"], pins["UNILAB_RL_BASE_WHEEL_SHA256"], opts.wheel)
-    staging, plan_r = ovl.stage(opts.overlay, wheel, series.for_target(TARGET_OVERLAY))
-    try:
-        _verify_pre_images(TARGET_OVERLAY, lambda rel: read_file(staging, rel), manifest, wheel)
-        _verify_post_images(TARGET_OVERLAY, plan_r, manifest)
-        overlay_records = _file_records(plan_r, staging)
-        ovl.write_plan(staging, plan_r)
-        files = ovl.hash_tree(staging)
-        existing = ovl.load_overlay_manifest(opts.overlay)
-        if existing is not None and existing.get("files") != files:
-            raise PatchsetError(f"{opts.overlay} holds an overlay of another series or with edits; revert its owners")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    pristine = wheel_package_files(wheel, ovl.PACKAGE)
+    checks.verify_pre_images(TARGET_OVERLAY, lambda rel: pristine[rel][0] if rel in pristine else None,
+                             manifest, wheel)
+    files, plan_r = ovl.build(wheel, series.for_target(TARGET_OVERLAY))
+    checks.verify_post_images(TARGET_OVERLAY, plan_r, manifest)
+    package_there, overlay_manifest = ovl.check_existing(overlay, files)
+    images = {f"backup/{TARGET_CHECKOUT}/{p}": (c.pre, 0o644) for p, c in plan_u.items() if c.pre is not None}
+    for target, plan in ((TARGET_CHECKOUT, plan_u), (TARGET_OVERLAY, plan_r)):
+        images.update({f"post/{target}/{p}": (c.post, 0o644) for p, c in plan.items() if c.post is not None})
+    created = {d for p, c in plan_u.items() if c.post is not None
+               for d in fsops.missing_parents((checkout / p).parent, checkout)}
     state = {
         "tool_version": TOOL_VERSION,
         "phase": "applying",
         "time": _now(),
         "series_sha256": series.sha256,
         "patches": [{"name": p.name, "target": p.target, "sha256": p.sha256} for p in series.patches],
-        "files": {TARGET_CHECKOUT: _file_records(plan_u, checkout), TARGET_OVERLAY: overlay_records},
+        "files": {TARGET_CHECKOUT: _file_records(plan_u, checkout),
+                  TARGET_OVERLAY: {p: {"pre": c.pre_sha256, "post": c.post_sha256,
+                                       "mode": pristine[p][1] if p in pristine else None}
+                                   for p, c in sorted(plan_r.items())}},
         "checkout": str(checkout),
         "checkout_identity": identity,
-        "overlay": str(opts.overlay.resolve()),
-        "overlay_owned": False,
+        "overlay": str(overlay),
+        "overlay_files": ovl.hash_files(files),
+        "overlay_before": {"package": package_there, "manifest": overlay_manifest},
+        "created_dirs": sorted(str(d.relative_to(checkout)) for d in created),
         "python": python,
         "versions": [{"name": c.name, "expected": c.expected, "found": c.found, "ok": c.ok} for c in versions],
         "flags": {"allow_version_drift": opts.allow_version_drift, "allow_other_commit": opts.allow_other_commit},
         "wheel_sha256": pins["UNILAB_RL_BASE_WHEEL_SHA256"],
     }
-    return Prepared(plan_u, plan_r, staging, files, existing, state)
+    return Prepared(plan_u, files, images, state)
 
 
-def _commit(opts: Options, checkout: Path, prep: Prepared) -> None:
-    """Journal first, then checkout files, then the overlay; each step is recoverable after a kill -9."""
+def _commit(checkout: Path, overlay: Path, prep: Prepared) -> None:
+    """Journal first (atomically, with backups), then checkout files, then the overlay, then phase 'applied'."""
     state = prep.state
-    save_state(checkout, state)
-    _save_images(checkout, TARGET_CHECKOUT, prep.checkout_plan)
-    _save_images(checkout, TARGET_OVERLAY, prep.overlay_plan)
-    _fault("journal")
-    _write_checkout(checkout, prep.checkout_plan, state["files"][TARGET_CHECKOUT])
-    _fault("checkout")
-    state["overlay_owned"] = True
-    save_state(checkout, state)
-    if prep.existing_overlay is None:
-        ovl.install(opts.overlay, prep.staging)
-    owners = sorted({*(prep.existing_overlay or {}).get("owners", []), str(checkout)})
-    ovl.save_overlay_manifest(opts.overlay, {
+    create_state(checkout, state, prep.images)
+    for rel in state["created_dirs"]:
+        fsops.mkdir(checkout / rel)
+    for path, change in prep.checkout_plan.items():
+        if change.post is None:
+            fsops.unlink(checkout / path)
+        else:
+            fsops.write_file(checkout / path, change.post, state["files"][TARGET_CHECKOUT][path]["mode"] or 0o644)
+    if not state["overlay_before"]["package"]:
+        ovl.install(overlay, prep.overlay_files)
+    owners = sorted({*(state["overlay_before"]["manifest"] or {}).get("owners", []), str(checkout)})
+    ovl.save_overlay_manifest(overlay, {
         "series_sha256": state["series_sha256"], "base_wheel_sha256": state["wheel_sha256"],
-        "files": prep.overlay_files, "patched": state["files"][TARGET_OVERLAY], "owners": owners,
+        "files": state["overlay_files"], "patched": state["files"][TARGET_OVERLAY], "owners": owners,
         "flags": state["flags"], "versions": state["versions"], "time": state["time"],
     })
-    _fault("overlay")
     state["phase"] = "applied"
     save_state(checkout, state)
+
+
+def _roll_back_now(checkout: Path, exc: BaseException, dirs: list[Path]) -> PatchsetError:
+    """After a failed or interrupted commit: roll back at once (signals held), say so in the error's one line."""
+    with signals.deferred():
+        try:
+            journal = load_state(checkout)
+            if journal is not None:
+                recovery.roll_back_apply(checkout, journal)
+            fsops.remove_temporaries(dirs)
+            note = "rolled back, nothing changed"
+        except (OSError, PatchsetError) as again:
+            why = os_error_message(again) if isinstance(again, OSError) else str(again)
+            note = f"the rollback stopped too ({why}); the next 'apply' or 'revert' finishes it"
+    return with_note(exc, note)
+
+
+def _lock_overlays(locks: DirLocks, overlays: set[Path]) -> None:
+    for overlay in sorted(overlays):
+        if overlay.is_dir():
+            locks.take(overlay, "the overlay")
 
 
 def apply(opts: Options) -> Outcome:
     pins, series, manifest = _load(opts)
     checkout = resolve_checkout(opts, create=True)
     out = Outcome()
-    with locked(checkout, "the checkout"), locked(opts.overlay, "the overlay"):
+    with ExitStack() as stack:
+        locks = DirLocks(stack)
+        locks.take(checkout, "the checkout")
         state = load_state(checkout)
+        overlay = (opts.overlay or OVERLAY_DIR).resolve()
+        overlays = {overlay, *([Path(state["overlay"])] if state else [])}
+        for directory in fsops.missing_parents(overlay, Path("/")):
+            fsops.mkdir(directory)
+        _lock_overlays(locks, overlays)
+        removed = fsops.remove_temporaries(recovery.sweep_dirs(checkout, state, manifest, overlays))
+        if removed and not (state and state["phase"] != "applied"):
+            out.lines.append(f"removed {removed} temporary file(s) left by an interrupted run")
         if state and state["phase"] != "applied":
-            out.lines += _finish_interrupted(opts, checkout, state)
+            with signals.deferred() as late:
+                out.lines.append(recovery.finish_interrupted(checkout, state))
+            if late:
+                raise Interrupted(late[0], f"interrupted by {signals.name(late[0])}; before stopping it "
+                                           f"{out.lines[-1]}")
             state = None
         if state:
-            return _already_applied(opts, checkout, series, manifest, state)
-        prep = _prepare(opts, pins, series, manifest, checkout)
+            return _already_applied(opts, checkout, series, state)
+        prep = _prepare(opts, pins, series, manifest, checkout, overlay)
         try:
-            _commit(opts, checkout, prep)
-        except BaseException:
-            journal = load_state(checkout)
-            if journal is not None:
-                _finish_interrupted(opts, checkout, journal)
-            raise
-        finally:
-            shutil.rmtree(prep.staging, ignore_errors=True)
+            _commit(checkout, overlay, prep)
+        except BaseException as exc:
+            raise _roll_back_now(checkout, exc, recovery.sweep_dirs(checkout, prep.state, None, overlays)) from exc
     out.lines += [
         f"applied {len(series.patches)} patch(es) (series {series.sha256[:12]}) to {checkout}",
-        f"overlay: {opts.overlay.resolve()} (put it first on PYTHONPATH)",
+        f"overlay: {overlay} (put it first on PYTHONPATH)",
         *_flag_lines(prep.state),
     ]
     out.data = {"result": "applied", "checkout": str(checkout), "series_sha256": series.sha256,
@@ -381,29 +286,38 @@ def apply(opts: Options) -> Outcome:
     return out
 
 
-def file_statuses(opts: Options, checkout: Path, manifest: dict[str, Any] | None, state: dict | None) -> list[dict]:
+def _describe(marker: str | None) -> str:
+    if marker and marker.startswith("symlink:"):
+        return f" (replaced by a symlink to {marker[8:]})"
+    if marker == "not a regular file":
+        return " (not a regular file)"
+    return " (deleted)" if marker is None else ""
+
+
+def file_statuses(checkout: Path, overlay: Path, manifest: dict[str, Any] | None, state: dict | None) -> list[dict]:
     """Per touched file: applied (post-image), not applied (pre-image), edited (after apply) or drifted.
 
     An applied checkout is judged by its own state (what was really written, even if the project's series has
-    moved on since); an unapplied one by the manifest of the current series.
+    moved on since); an unapplied one by the manifest of the current series. Links are never followed.
     """
     applied = state is not None and state["phase"] == "applied"
     expected = state["files"] if state is not None else manifest["targets"]
     rows = []
     for target, files in expected.items():
-        root = checkout if target == TARGET_CHECKOUT else opts.overlay
+        root = checkout if target == TARGET_CHECKOUT else overlay
         for path, want in sorted(files.items()):
-            if target == TARGET_OVERLAY and not ovl.package_dir(opts.overlay).exists():
+            if target == TARGET_OVERLAY and not ovl.package_dir(overlay).exists():
                 current = want["pre"]  # no overlay built: the wheel's pristine file is what imports would see
             else:
-                current = sha256(read_file(root, path))
+                current = file_marker(root, path)
             if current == want["post"]:
                 status = "applied"
             elif current == want["pre"]:
                 status = "not applied"
             else:
                 status = "edited" if applied else "drifted"
-            rows.append({"target": target, "path": path, "status": status, "sha256": current})
+            detail = _describe(current) if status in ("edited", "drifted") else ""
+            rows.append({"target": target, "path": path, "status": status, "sha256": current, "detail": detail})
     return rows
 
 
@@ -411,7 +325,8 @@ def status(opts: Options) -> Outcome:
     _, series, manifest = _load(opts)
     checkout = resolve_checkout(opts, create=False)
     state = load_state(checkout)
-    files = file_statuses(opts, checkout, manifest, state)
+    overlay = overlay_for(opts, checkout, state)
+    files = file_statuses(checkout, overlay, manifest, state)
     current_series = state is None or state["series_sha256"] == series.sha256
     by_file = {(f["target"], f["path"]): f["status"] for f in files}
     patches = []
@@ -422,68 +337,93 @@ def status(opts: Options) -> Outcome:
                         "status": worst or (states.pop() if len(states) == 1 else "partially applied")})
     phase = state["phase"] if state else "not applied"
     applied_series = state["series_sha256"] if state else series.sha256
+    leftovers = fsops.temporaries(recovery.sweep_dirs(checkout, state, manifest, {overlay}))
     out = Outcome(data={
-        "checkout": str(checkout), "overlay": str(opts.overlay.resolve()), "phase": phase,
+        "checkout": str(checkout), "overlay": str(overlay), "phase": phase,
         "series_sha256": applied_series, "project_series_sha256": series.sha256, "state": state,
-        "patches": patches, "files": files,
+        "patches": patches, "files": files, "temporaries": [str(p) for p in leftovers],
     })
     if state and phase != "applied":
-        out.lines.append(f"INTERRUPTED {phase} in {checkout}: the next 'apply' or 'revert' rolls it back")
+        verb = "rolls it back" if phase == "applying" else "finishes it"
+        out.lines.append(f"INTERRUPTED {phase} in {checkout}: the next 'apply' or 'revert' {verb}")
+    if leftovers:
+        out.lines.append(f"LEFTOVER: {len(leftovers)} temporary file(s) of an interrupted run; "
+                         "the next 'apply' or 'revert' removes them")
     out.lines.append(f"{checkout}: {phase} (series {applied_series[:12]})")
     if not current_series:
         out.lines.append(f"OUTDATED: this project's series is now {series.sha256[:12]}; 'revert' then 'apply' to update")
     out.lines += [f"  patch {p['name']:<60} {p['status']}" for p in patches]
-    out.lines += [f"  file  {f['target']}:{f['path']:<55} {f['status']}" for f in files]
+    out.lines += [f"  file  {f['target']}:{f['path']:<55} {f['status']}{f['detail']}" for f in files]
     if state:
         out.lines += _flag_lines(state)
     return out
 
 
-def revert(opts: Options) -> Outcome:
-    """Restore from the checkout's own state: needs neither the series nor the manifest of this project."""
-    checkout = resolve_checkout(opts, create=False)
-    out = Outcome()
-    with locked(checkout, "the checkout"), locked(opts.overlay, "the overlay"):
-        state = load_state(checkout)
-        if state is None:
-            raise PatchsetError(f"nothing to revert: {checkout} carries no patchset state")
-        if state["phase"] == "applying":
-            out.lines += _finish_interrupted(opts, checkout, state)
-            out.data = {"result": "rolled-back", "checkout": str(checkout)}
-            return out
-        edited = [f for f in file_statuses(opts, checkout, None, state) if f["status"] not in ("applied", "not applied")]
-        if edited and not opts.force:
-            names = ", ".join(f"{f['target']}:{f['path']}" for f in edited)
-            raise PatchsetError(f"refusing to revert: edited after apply: {names}; --force (FORCE=1) saves them as a diff first")
-        saved = _save_user_edits(opts, checkout, edited) if edited else None
-        state["phase"] = "reverting"
-        save_state(checkout, state)
-        restored = _restore_checkout(checkout, state)
-        removed = _release_overlay(opts.overlay, checkout)
-        shutil.rmtree(state_dir(checkout))
-    out.lines += _flag_lines(state)
-    out.lines.append(f"reverted {checkout}: restored {len(restored)} file(s)"
-                     + ("; overlay removed" if removed else "; overlay kept for its other checkouts"))
+def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[str, Any]) -> Outcome:
+    """Revert an applied checkout: refuse over edits unless forced (then save them first), then restore."""
+    ovl.load_overlay_manifest(overlay)  # a corrupt one stops the revert before anything changes
+    rows = file_statuses(checkout, overlay, None, state)
+    edited = [f for f in rows if f["status"] not in ("applied", "not applied")]
+    if edited and not opts.force:
+        names = ", ".join(f"{f['target']}:{f['path']}{f['detail']}" for f in edited)
+        raise PatchsetError(f"refusing to revert: edited after apply: {names}; "
+                            "--force (FORCE=1) saves them (byte for byte) first")
+    saved, started = None, False
+    with signals.deferred() as late:
+        try:
+            if edited:
+                saved, markers = useredits.save(checkout, [
+                    (f["target"], f["path"], checkout if f["target"] == TARGET_CHECKOUT else overlay,
+                     _post_image(checkout, f["target"], f["path"])) for f in edited])
+                state["user_edits"] = {"dir": str(saved), "markers": markers}
+            state["phase"] = "reverting"
+            save_state(checkout, state)
+            started = True
+            restored, removed = recovery.finish_revert(checkout, state)
+        except (OSError, PatchsetError) as exc:
+            if started:
+                raise with_note(exc, "the revert stopped part way; run 'revert' again to finish it") from exc
+            fsops.remove_temporaries(recovery.sweep_dirs(checkout, state, None, {overlay}))
+            raise with_note(exc, "nothing was reverted") from exc
+    done = f"reverted {checkout}: restored {len(restored)} file(s)" + (
+        "; overlay removed" if removed else "; overlay kept for its other checkouts")
+    if late:
+        raise Interrupted(late[0], f"interrupted by {signals.name(late[0])} after the revert completed ({done})")
+    out = Outcome(_flag_lines(state) + [done])
     if saved:
         out.lines.append(f"your edits were saved to {saved}")
-    out.data = {"result": "reverted", "checkout": str(checkout), "restored": restored, "user_edits": str(saved) if saved else None}
+    out.data = {"result": "reverted", "checkout": str(checkout), "restored": restored,
+                "user_edits": str(saved) if saved else None}
     return out
 
 
-def _save_user_edits(opts: Options, checkout: Path, edited: list[dict]) -> Path:
-    """A unified diff from the patched file to the user's version, beside the state dir, before restoring."""
-    chunks: list[str] = []
-    for f in edited:
-        root = checkout if f["target"] == TARGET_CHECKOUT else opts.overlay
-        post_file = state_dir(checkout) / "post" / f["target"] / f["path"]
-        before = post_file.read_text(encoding="utf-8", errors="replace") if post_file.exists() else ""
-        after = (root / f["path"]).read_text(encoding="utf-8", errors="replace") if (root / f["path"]).exists() else ""
-        chunks += difflib.unified_diff(before.splitlines(True), after.splitlines(True),
-                                       f"a/{f['path']}", f"b/{f['path']}")
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    dest = checkout / f"{state_dir(checkout).name}-user-edits-{stamp}.diff"
-    dest.write_text("".join(chunks), encoding="utf-8")
-    return dest
+def _post_image(checkout: Path, target: str, path: str) -> bytes | None:
+    image = image_path(checkout, "post", target, path)
+    return image.read_bytes() if image.exists() else None
+
+
+def revert(opts: Options) -> Outcome:
+    """Restore from the checkout's own state: needs neither the series nor the manifest of this project."""
+    checkout = resolve_checkout(opts, create=False)
+    with ExitStack() as stack:
+        locks = DirLocks(stack)
+        locks.take(checkout, "the checkout")
+        state = load_state(checkout)
+        overlay = overlay_for(opts, checkout, state)
+        _lock_overlays(locks, {overlay})
+        removed = fsops.remove_temporaries(recovery.sweep_dirs(checkout, state, None, {overlay}))
+        if state is None:
+            if removed:
+                return Outcome([f"removed {removed} temporary file(s) left by an interrupted run in {checkout}; "
+                                "nothing else to revert"], {"result": "cleaned", "checkout": str(checkout)})
+            raise PatchsetError(f"nothing to revert: {checkout} carries no patchset state")
+        if state["phase"] != "applied":
+            with signals.deferred() as late:
+                line = recovery.finish_interrupted(checkout, state)
+            if late:
+                raise Interrupted(late[0], f"interrupted by {signals.name(late[0])}; before stopping it {line}")
+            return Outcome([line], {"result": "recovered", "checkout": str(checkout)})
+        return _revert_applied(opts, checkout, overlay, state)
 
 
 def plan_pristine(opts: Options) -> tuple[Series, dict[str, dict[str, FileChange]]]:
@@ -498,7 +438,5 @@ def plan_pristine(opts: Options) -> tuple[Series, dict[str, dict[str, FileChange
             member = members.get(rel)
             return tar.extractfile(member).read() if member else None
         plan_u = plan_target(series.for_target(TARGET_CHECKOUT), read_sdist)
-    with tempfile.TemporaryDirectory() as tmp:
-        extract_wheel_package(wheel, ovl.PACKAGE, Path(tmp))
-        plan_r = plan_target(series.for_target(TARGET_OVERLAY), lambda rel: read_file(Path(tmp), rel))
+    _, plan_r = ovl.build(wheel, series.for_target(TARGET_OVERLAY))
     return series, {TARGET_CHECKOUT: plan_u, TARGET_OVERLAY: plan_r}

@@ -1,4 +1,9 @@
-"""Thin command line over applier: parse flags, run one command, print lines (or JSON), one-line errors."""
+"""Thin command line over applier: parse flags, run one command, print lines (or JSON).
+
+Every failure is one line on stderr and a non-zero exit: refusals, OS errors (disk full, permission denied),
+SIGINT/SIGTERM (130/143, after the rollback), a closed output pipe, and, as a last resort, an internal error
+(PATCHSET_DEBUG=1 shows its traceback).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import applier
-from .errors import PatchsetError
+from . import applier, signals
+from .errors import PatchsetError, os_error_message
 from .manifest import build_manifest, write_manifest
-from .paths import OVERLAY_DIR, PATCHES_DIR
+from .paths import PATCHES_DIR
 from .provenance_check import run_provenance
 
 
@@ -24,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchset", description=__doc__)
     parser.add_argument("command", choices=["apply", "status", "revert", "manifest", "provenance"])
     parser.add_argument("--unilab", type=Path, help="UniLab checkout (default: the embedded tree from the sdist)")
-    parser.add_argument("--overlay", type=Path, default=OVERLAY_DIR)
+    parser.add_argument("--overlay", type=Path,
+                        help="overlay directory (default: the one the checkout was applied with, else overlay/)")
     parser.add_argument("--patches", type=Path, default=PATCHES_DIR)
     parser.add_argument("--python", help="interpreter command that runs UniLab (default: checkout's uv env, else ours)")
     parser.add_argument("--wheel", type=Path, help="path of the pinned unilab-rl base wheel (else cache/download)")
@@ -32,14 +38,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-version-drift", action="store_true", default=_env_flag("ALLOW_DRIFT"))
     parser.add_argument("--allow-other-commit", action="store_true", default=_env_flag("ALLOW_OTHER_COMMIT"))
     parser.add_argument("--force", action="store_true", default=_env_flag("FORCE"),
-                        help="revert even over your edits (saved as a diff first)")
+                        help="revert even over your edits (saved byte for byte first)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 
 def _options(args: argparse.Namespace) -> applier.Options:
     return applier.Options(
-        checkout=args.unilab, overlay=args.overlay.resolve(), patches_dir=args.patches.resolve(),
+        checkout=args.unilab, overlay=args.overlay.resolve() if args.overlay else None,
+        patches_dir=args.patches.resolve(),
         python=shlex.split(args.python) if args.python else None,
         allow_version_drift=args.allow_version_drift, allow_other_commit=args.allow_other_commit,
         force=args.force, wheel=args.wheel, sdist=args.sdist,
@@ -53,17 +60,29 @@ def _manifest(opts: applier.Options) -> applier.Outcome:
     return applier.Outcome([f"wrote {opts.patches_dir / 'MANIFEST.json'}: {len(series.patches)} patches, {touched} files"])
 
 
+def _fail(command: str, message: str, code: int) -> int:
+    print(f"patchset {command}: error: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     opts = _options(args)
+    signals.install()
     try:
         outcome = {"apply": applier.apply, "status": applier.status, "revert": applier.revert,
                    "manifest": _manifest, "provenance": run_provenance}[args.command](opts)
+        text = json.dumps(outcome.data, indent=2, sort_keys=True, default=str) if args.json else "\n".join(outcome.lines)
+        print(text, flush=True)
     except PatchsetError as exc:
-        print(f"patchset {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    if args.json:
-        print(json.dumps(outcome.data, indent=2, sort_keys=True, default=str))
-    else:
-        print("\n".join(outcome.lines))
+        return _fail(args.command, str(exc), exc.exit_code)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        return _fail(args.command, "the output pipe was closed before all output was written", 141)
+    except OSError as exc:
+        return _fail(args.command, os_error_message(exc), 1)
+    except Exception as exc:  # noqa: BLE001 - the last resort of the one-line promise
+        if _env_flag("PATCHSET_DEBUG"):
+            raise
+        return _fail(args.command, f"internal error ({type(exc).__name__}: {exc}); PATCHSET_DEBUG=1 shows where", 70)
     return 0

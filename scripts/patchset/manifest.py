@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import PatchsetError
 from .plan import FileChange
-from .series import Series
+from .series import TARGETS, Series
 
 MANIFEST_NAME = "MANIFEST.json"
 
@@ -36,9 +36,31 @@ def write_manifest(patches_dir: Path, manifest: dict[str, Any]) -> None:
 def load_manifest(patches_dir: Path) -> dict[str, Any]:
     path = patches_dir / MANIFEST_NAME
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise PatchsetError(f"cannot read {path}: {exc}") from exc
+    problem = _structure_error(manifest)
+    if problem:
+        raise PatchsetError(f"{path} is corrupt: {problem}; restore it with git or run 'make manifest'")
+    return manifest
+
+
+def _structure_error(manifest: Any) -> str | None:
+    """What is structurally wrong with a parsed manifest (None: usable)."""
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    if not isinstance(manifest.get("series_sha256"), str):
+        return "'series_sha256' is missing"
+    patches, targets = manifest.get("patches"), manifest.get("targets")
+    if not isinstance(patches, dict) or not all(isinstance(e, dict) and "sha256" in e for e in patches.values()):
+        return "'patches' is missing or lacks sha256 entries"
+    if not isinstance(targets, dict) or set(targets) != set(TARGETS):
+        return f"'targets' must name {' and '.join(TARGETS)}"
+    for target, files in targets.items():
+        if not isinstance(files, dict) or not all(isinstance(e, dict) and {"pre", "post"} <= set(e)
+                                                  for e in files.values()):
+            return f"'targets.{target}' lacks pre/post entries"
+    return None
 
 
 def verify_series(series: Series, manifest: dict[str, Any]) -> None:

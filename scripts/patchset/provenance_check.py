@@ -8,8 +8,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .applier import Options, Outcome, python_command, resolve_checkout
+from .applier import Options, Outcome, overlay_for, python_command, resolve_checkout
 from .errors import PatchsetError
+from .state import load_state
 
 _IMPORT = "import uni_rl, uni_rl.algos.flash_sac.learner"
 
@@ -18,8 +19,9 @@ def run_provenance(opts: Options) -> Outcome:
     """Fail unless every imported uni_rl file comes from the overlay and matches its post-patch hash."""
     checkout = resolve_checkout(opts, create=False)
     python = python_command(opts, checkout)
+    overlay = overlay_for(opts, checkout, load_state(checkout))
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(opts.overlay), str(checkout / "src")]),
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(overlay), str(checkout / "src")]),
                "FLASHSAC_PROVENANCE_DIR": tmp, "FLASHSAC_UNILAB_ROOT": str(checkout)}
         proc = subprocess.run([*python, "-c", _IMPORT], env=env, cwd=checkout, capture_output=True, text=True, check=False)
         records = [json.loads(p.read_text()) for p in Path(tmp).glob("provenance-*.json")]

@@ -1,7 +1,7 @@
 """Reading patches/series and its patch files: order, target tree, DEP-3 header, hunks.
 
 A patch is rejected here, before any tree is looked at, when it is not plain LF text, lacks its header,
-or carries no hunks; tampering is caught against the committed manifest (see manifest.py).
+or carries no hunks, and a .patch file the series does not list stops everything (a maintenance error); tampering is caught against the committed manifest (see manifest.py).
 """
 
 from __future__ import annotations
@@ -116,6 +116,11 @@ def load_series(patches_dir: Path) -> Series:
         patches.append(read_patch(patches_dir, fields[0], fields[1]))
     if not patches:
         raise PatchsetError(f"{series_file} lists no patches")
+    stray = sorted(str(p.relative_to(patches_dir)) for p in patches_dir.rglob("*.patch")
+                   if str(p.relative_to(patches_dir)) not in {q.name for q in patches})
+    if stray:
+        raise PatchsetError(f"patch {stray[0]} is not listed in {series_file}; add it to the series "
+                            "(then make manifest) or remove it")
     digest = hashlib.sha256()
     for p in patches:
         digest.update(f"{p.target} {p.name} {p.sha256}\n".encode())

@@ -1,93 +1,83 @@
-"""The state a checkout carries while patched: a journal that survives kill -9, pre-image backups, a lock.
+"""The state a checkout carries while patched: a journal that survives kill -9, with pre-/post-image copies.
 
-Layout inside the checkout: .flashsac-overlay/{state.json, backup/<path>, .gitignore}. state.json is
-always replaced atomically, and its 'phase' says how far a run got: 'applying' (files may be half written),
-'applied', 'reverting'. The lock lives outside the checkout, so a refused run leaves the checkout untouched.
+Layout inside the checkout: .flashsac-overlay/{state.json, backup/<target>/<path>, post/<target>/<path>,
+.gitignore}. The directory appears whole (filled under a temporary name, then renamed), so it exists exactly
+when state.json does; state.json is then only ever replaced atomically. Its 'phase' says how far a run got:
+'applying' (targets may be half written: roll back), 'applied', 'reverting' (finish the revert).
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import hashlib
 import json
-import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import LockedError, PatchsetError
+from . import fsops
+from .errors import PatchsetError
 from .paths import STATE_DIRNAME
 
 STATE_FILE = "state.json"
+PHASES = ("applying", "applied", "reverting")
+GITIGNORE = b"# patchset state: never commit\n*\n"
 
 
 def state_dir(checkout: Path) -> Path:
     return checkout / STATE_DIRNAME
 
 
-def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _encode(state: dict[str, Any]) -> bytes:
+    return (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _structure_error(state: Any) -> str | None:
+    """What is structurally wrong with a parsed state.json (None: usable)."""
+    if not isinstance(state, dict):
+        return "not a JSON object"
+    for key, kind in (("phase", str), ("series_sha256", str), ("files", dict), ("overlay", str), ("flags", dict)):
+        if not isinstance(state.get(key), kind):
+            return f"'{key}' is missing or not a {kind.__name__}"
+    if state["phase"] not in PHASES:
+        return f"unknown phase {state['phase']!r}"
+    for target, files in state["files"].items():
+        if not isinstance(files, dict):
+            return f"'files.{target}' is not an object"
+        for path, rec in files.items():
+            if not (isinstance(rec, dict) and all(k in rec for k in ("pre", "post", "mode"))):
+                return f"'files.{target}.{path}' lacks pre/post/mode"
+    return None
 
 
 def load_state(checkout: Path) -> dict[str, Any] | None:
+    """The checkout's journal, validated; None when it carries none."""
     path = state_dir(checkout) / STATE_FILE
-    if not path.exists():
-        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise PatchsetError(f"{path} is corrupt ({exc}); restore the checkout with git and delete it") from exc
+        state = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        if state_dir(checkout).exists():
+            raise PatchsetError(f"{state_dir(checkout)} has no {STATE_FILE}; restore the patched files with git "
+                                "and delete that directory") from None
+        return None
+    except (OSError, ValueError) as exc:
+        problem = f"unreadable ({exc})"
+    else:
+        problem = _structure_error(state)
+        if problem is None:
+            return state
+    raise PatchsetError(f"{path} is corrupt: {problem}; restore the patched files with git and delete "
+                        f"{state_dir(checkout)}")
+
+
+def create_state(checkout: Path, state: dict[str, Any], images: dict[str, tuple[bytes, int]]) -> None:
+    """Write the journal with its image copies (relative path -> bytes, mode) as one atomic directory."""
+    files = {".gitignore": (GITIGNORE, 0o644), STATE_FILE: (_encode(state), 0o644), **images}
+    tmp = fsops.fill_dir(checkout, "state", files)
+    fsops.rename(tmp, state_dir(checkout))
 
 
 def save_state(checkout: Path, state: dict[str, Any]) -> None:
-    directory = state_dir(checkout)
-    directory.mkdir(exist_ok=True)
-    ignore = directory / ".gitignore"
-    if not ignore.exists():
-        atomic_write(ignore, b"# patchset state: never commit\n*\n")
-    atomic_write(directory / STATE_FILE, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode())
+    fsops.write_file(state_dir(checkout) / STATE_FILE, _encode(state))
 
 
-def backup_path(checkout: Path, rel: str) -> Path:
-    return state_dir(checkout) / "backup" / rel
-
-
-@contextmanager
-def locked(resource: Path, what: str) -> Iterator[None]:
-    """Exclusive, non-blocking lock for one resource (checkout or overlay), keyed by its real path."""
-    key = hashlib.sha256(str(resource.resolve()).encode()).hexdigest()[:16]
-    lock_path = Path(tempfile.gettempdir()) / f"flashsac-patchset-{key}.lock"
-    handle = open(lock_path, "a+")
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            raise LockedError(f"another patchset run (pid {holder}) is working on {what} {resource}; try again later")
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        yield
-    finally:
-        handle.close()
+def image_path(checkout: Path, kind: str, target: str, rel: str) -> Path:
+    """Where the journal keeps a pre-image ('backup') or post-image ('post') of one touched file."""
+    return state_dir(checkout) / kind / target / rel

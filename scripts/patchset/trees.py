@@ -3,18 +3,22 @@ source inside the pinned wheel; plus the embedded default UniLab tree made from 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import git
 
 from .errors import PatchsetError
+from .fsops import TMP_PREFIX
 
 EMBEDDED_AUTHOR = git.Actor("patchset", "patchset@localhost")
 EMBEDDED_DATE = "2026-01-01T00:00:00+00:00"
@@ -30,6 +34,18 @@ def read_file(root: Path, rel: str) -> bytes | None:
         return None
     except OSError as exc:
         raise PatchsetError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def file_marker(root: Path, rel: str) -> str | None:
+    """What stands at root/rel, comparable with recorded sha256s: sha256 of a file, None when absent,
+    'symlink:<target>' for a link, 'not a regular file' for anything else. Never follows a link."""
+    path = root / rel
+    if path.is_symlink():
+        return f"symlink:{os.readlink(path)}"
+    if path.exists() and not path.is_file():
+        return "not a regular file"
+    data = read_file(root, rel)
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,16 @@ def uv_python(root: Path) -> list[str] | None:
     return None
 
 
+@contextmanager
+def _private_tmpdir(parent: Path) -> Iterator[str]:
+    """A temporary directory named as ours (fsops.TMP_PREFIX), so a killed run's leftover is found and removed."""
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f"{TMP_PREFIX}embedded-")
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def create_embedded_tree(sdist: Path, dest: Path) -> str:
     """Unpack the pinned sdist into dest as a one-commit git repository; returns its tree hash.
 
@@ -76,7 +102,7 @@ def create_embedded_tree(sdist: Path, dest: Path) -> str:
     if dest.exists():
         raise PatchsetError(f"{dest} already exists")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+    with _private_tmpdir(dest.parent) as tmp:
         with tarfile.open(sdist) as tar:
             tar.extractall(tmp, filter="data")
         (top,) = list(Path(tmp).iterdir())
@@ -94,17 +120,23 @@ def create_embedded_tree(sdist: Path, dest: Path) -> str:
     return tree
 
 
+def wheel_package_files(wheel: Path, package: str) -> dict[str, tuple[bytes, int]]:
+    """One top-level package of a wheel in memory: path (starting with package/) -> (bytes, file mode)."""
+    with zipfile.ZipFile(wheel) as zf:
+        return {
+            info.filename: (zf.read(info), ((info.external_attr >> 16) & 0o777) or 0o644)
+            for info in zf.infolist()
+            if info.filename.startswith(package + "/") and not info.is_dir()
+        }
+
+
 def extract_wheel_package(wheel: Path, package: str, dest: Path) -> None:
     """Copy one top-level package out of a wheel, keeping file modes, into dest/<package>."""
-    with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            if not info.filename.startswith(package + "/") or info.is_dir():
-                continue
-            target = dest / info.filename
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(zf.read(info))
-            mode = (info.external_attr >> 16) & 0o777
-            target.chmod(mode or 0o644)
+    for rel, (data, mode) in wheel_package_files(wheel, package).items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(mode)
 
 
 def is_writable_file(path: Path) -> bool:

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""README's result tables, generated from the committed run JSONs (never typed by hand).
+
+A block in README.md is delimited by ``<!-- table:KIND:FOLDER -->`` and ``<!-- /table -->``, where KIND is a
+table of ``bench_report`` (``throughput``, ``timings``, ``pace``) and FOLDER a results folder relative to
+the project root. ``python experiments/readme_tables.py`` rewrites every block from its folder;
+``--check`` exits 1, naming the first stale block, when README and results disagree (the test suite runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_report  # noqa: E402
+
+PROJECT = Path(__file__).resolve().parents[1]
+README = PROJECT / "README.md"
+TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
+    "throughput": bench_report.throughput_table,
+    "timings": bench_report.summary_table,
+    "pace": bench_report.pace_table,
+}
+BLOCK = re.compile(r"(<!-- table:(?P<kind>[\w-]+):(?P<folder>[^ ]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def render(kind: str, folder: str, root: Path = PROJECT) -> str:
+    """The table's Markdown from the runs under ``root/folder``; a missing kind or folder is an error."""
+    if kind not in TABLES:
+        raise ValueError(f"unknown table kind {kind!r} (known: {', '.join(TABLES)})")
+    runs = bench_report.load_runs(root / folder)
+    if not runs:
+        raise ValueError(f"no run JSON under {folder}")
+    return TABLES[kind](runs) + "\n"
+
+
+def regenerate(text: str, root: Path = PROJECT) -> str:
+    """``text`` with every table block rebuilt from its results folder."""
+    return BLOCK.sub(lambda m: m.group(1) + render(m["kind"], m["folder"], root) + m.group(5), text)
+
+
+def stale_blocks(text: str, root: Path = PROJECT) -> list[str]:
+    """``KIND:FOLDER`` of each block whose body differs from what its results give."""
+    return [f"{m['kind']}:{m['folder']}" for m in BLOCK.finditer(text) if m["body"] != render(m["kind"], m["folder"], root)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when a block is stale")
+    parser.add_argument("--readme", type=Path, default=README)
+    args = parser.parse_args(argv)
+    text = args.readme.read_text(encoding="utf-8")
+    try:
+        if args.check:
+            stale = stale_blocks(text)
+            if stale:
+                print(f"readme_tables: {args.readme.name} disagrees with results/ in {stale[0]} "
+                      "(run `python experiments/readme_tables.py`)", file=sys.stderr)
+                return 1
+            return 0
+        args.readme.write_text(regenerate(text), encoding="utf-8")
+    except ValueError as exc:
+        print(f"readme_tables: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""Bringing a checkout back to pristine from its journal: an interrupted apply rolled back, a revert finished.
+
+Both end the same way: touched files restored byte for byte from the backups, the overlay as the journal says
+it was (an interrupted apply) or released (a revert), directories the apply created removed, the state directory
+discarded last. Every step is idempotent, so a kill during recovery is recovered by the next run. Only what the
+run created is removed: the journal records what existed before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import fsops
+from . import overlay as ovl
+from .errors import PatchsetError
+from .plan import sha256
+from .state import image_path, state_dir
+from .trees import file_marker
+
+TARGET_CHECKOUT = "unilab"
+TARGET_OVERLAY = "uni_rl"
+
+
+def sweep_dirs(checkout: Path, state: dict[str, Any] | None, manifest: dict[str, Any] | None,
+               overlays: set[Path]) -> list[Path]:
+    """Every directory a run may leave temporaries in: beside the state, each touched file, the overlays."""
+    paths = set((state or {}).get("files", {}).get(TARGET_CHECKOUT, {}))
+    paths |= set((manifest or {}).get("targets", {}).get(TARGET_CHECKOUT, {}))
+    return sorted({checkout, state_dir(checkout), *overlays, *((checkout / p).parent for p in paths)})
+
+
+def _check_files(checkout: Path, state: dict[str, Any]) -> None:
+    """Each touched file must be what the journal allows: pre- or post-image, or the edits a FORCE run saved."""
+    saved = (state.get("user_edits") or {}).get("markers", {})
+    verb = "apply" if state["phase"] == "applying" else "revert"
+    for path, rec in state["files"][TARGET_CHECKOUT].items():
+        current = file_marker(checkout, path)
+        allowed = {rec["pre"], rec["post"]}
+        if f"{TARGET_CHECKOUT}:{path}" in saved:
+            allowed.add(saved[f"{TARGET_CHECKOUT}:{path}"])
+        if current not in allowed:
+            raise PatchsetError(f"an interrupted {verb} left {path} changed since; restore it with git and delete "
+                                f"{state_dir(checkout)}")
+
+
+def _restore_checkout(checkout: Path, state: dict[str, Any]) -> list[str]:
+    """Put back every pre-image whose file is not already pristine; a mode the user set on the file is kept."""
+    restored = []
+    for path, rec in state["files"][TARGET_CHECKOUT].items():
+        live = checkout / path
+        if file_marker(checkout, path) == rec["pre"]:
+            continue
+        if rec["pre"] is None:
+            fsops.unlink(live)
+        else:
+            data = image_path(checkout, "backup", TARGET_CHECKOUT, path).read_bytes()
+            if sha256(data) != rec["pre"]:
+                raise PatchsetError(f"backup of {path} is corrupt; restore it with git and delete {state_dir(checkout)}")
+            regular = live.is_file() and not live.is_symlink()
+            fsops.write_file(live, data, live.stat().st_mode & 0o7777 if regular else rec["mode"] or 0o644)
+        restored.append(path)
+    return restored
+
+
+def _remove_created_dirs(checkout: Path, state: dict[str, Any]) -> None:
+    for rel in reversed(state.get("created_dirs", [])):
+        path = checkout / rel
+        if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+            fsops.rmdir(path)
+
+
+def roll_back_apply(checkout: Path, state: dict[str, Any]) -> list[str]:
+    """Undo an apply that did not finish; returns the restored paths."""
+    _check_files(checkout, state)
+    restored = _restore_checkout(checkout, state)
+    before = state.get("overlay_before", {"package": False, "manifest": None})
+    ovl.restore(Path(state["overlay"]), before, state.get("overlay_files"))
+    _remove_created_dirs(checkout, state)
+    fsops.discard(state_dir(checkout))
+    return restored
+
+
+def finish_revert(checkout: Path, state: dict[str, Any]) -> tuple[list[str], bool]:
+    """Complete a revert (phase 'reverting'); returns the restored paths and whether the overlay was removed."""
+    _check_files(checkout, state)
+    restored = _restore_checkout(checkout, state)
+    removed = ovl.release(Path(state["overlay"]), checkout, state.get("overlay_files"),
+                          edits_saved=bool(state.get("user_edits")))
+    _remove_created_dirs(checkout, state)
+    fsops.discard(state_dir(checkout))
+    return restored, removed
+
+
+def finish_interrupted(checkout: Path, state: dict[str, Any]) -> str:
+    """Recover a run that was killed: roll an apply back, complete a revert. Returns the line to print."""
+    if state["phase"] == "applying":
+        restored = roll_back_apply(checkout, state)
+        return f"rolled back an interrupted apply in {checkout}: restored {len(restored)} file(s)"
+    restored, _ = finish_revert(checkout, state)
+    return f"completed an interrupted revert in {checkout}: restored {len(restored)} file(s)"

@@ -1,0 +1,170 @@
+"""What a hostile new user tries: odd edits under FORCE, someone else's uni_rl, another OVERLAY=, broken JSON,
+a stray patch, a closed pipe, racing first runs, modes. Each must end in one line and exact trees."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import CONFIG, PROJECT, Runner, make_overlay, patchset, patchset_env, tree_hashes
+from faultcheck import output_problems
+
+
+def one_line(proc: subprocess.CompletedProcess, needle: str, code: int = 1) -> None:
+    assert output_problems(proc, {code}, needle) == [], proc.stderr
+
+
+ODD_EDITS = {
+    "crlf": lambda data: data.replace(b"\n", b"\r\n"),
+    "no final newline": lambda data: data.rstrip(b"\n") + b"\n# tuned",
+    "latin-1 bytes": lambda data: data + b"# r\xe9glage \xff\n",
+    "binary with NUL": lambda data: data[:40] + b"\x00\x01\x02" + data[40:],
+    "emptied": lambda data: b"",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(ODD_EDITS))
+def test_forced_revert_saves_odd_edits_byte_for_byte(checkout: Path, run_patchset: Runner, edit: str) -> None:
+    before = tree_hashes(checkout)
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    config = checkout / CONFIG
+    patched = config.read_bytes()
+    edited = ODD_EDITS[edit](patched)
+    config.write_bytes(edited)
+    one_line(run_patchset("revert", "--unilab", str(checkout)), "refusing to revert: edited after apply")
+    forced = run_patchset("revert", "--unilab", str(checkout), "--force")
+    assert forced.returncode == 0, forced.stderr
+    (saved,) = checkout.glob(".flashsac-overlay-user-edits-*")
+    assert (saved / "files" / "unilab" / CONFIG).read_bytes() == edited
+    diff = saved.parent.parent / "edits.diff"
+    shutil.move(saved / "edits.diff", diff)
+    shutil.rmtree(saved)
+    assert tree_hashes(checkout) == before
+    if b"\x00" not in edited:  # the diff is a convenience; it must still reproduce the edit with git apply
+        scratch = checkout.parent / "scratch"
+        (scratch / CONFIG).parent.mkdir(parents=True)
+        (scratch / CONFIG).write_bytes(patched)
+        subprocess.run(["git", "init", "-q", str(scratch)], check=True)
+        subprocess.run(["git", "apply", str(diff)], cwd=scratch, check=True)
+        assert (scratch / CONFIG).read_bytes() == edited
+
+
+def test_forced_revert_of_a_deleted_file_and_a_symlink(checkout: Path, run_patchset: Runner, tmp_path: Path) -> None:
+    before = tree_hashes(checkout)
+    config = checkout / CONFIG
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    config.unlink()
+    one_line(run_patchset("revert", "--unilab", str(checkout)), "(deleted)")
+    assert run_patchset("revert", "--unilab", str(checkout), "--force").returncode == 0
+    (saved,) = checkout.glob(".flashsac-overlay-user-edits-*")
+    assert f"unilab:{CONFIG} had been deleted" in (saved / "README.txt").read_text()
+    shutil.rmtree(saved)
+    assert tree_hashes(checkout) == before
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    elsewhere = tmp_path / "my-config.yaml"
+    elsewhere.write_text("mine\n")
+    config.unlink()
+    config.symlink_to(elsewhere)
+    status = run_patchset("status", "--unilab", str(checkout))
+    assert status.returncode == 0 and f"replaced by a symlink to {elsewhere}" in status.stdout
+    one_line(run_patchset("revert", "--unilab", str(checkout)), "replaced by a symlink")
+    forced = run_patchset("revert", "--unilab", str(checkout), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert not config.is_symlink() and elsewhere.read_text() == "mine\n"
+    (saved,) = checkout.glob(".flashsac-overlay-user-edits-*")
+    assert os.readlink(saved / "files" / "unilab" / CONFIG) == str(elsewhere)
+    shutil.rmtree(saved)
+    assert tree_hashes(checkout) == before
+
+
+def test_user_mode_survives_revert_and_manifest_is_world_readable(checkout: Path, overlay: Path,
+                                                                    run_patchset: Runner) -> None:
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    assert (overlay / "MANIFEST.json").stat().st_mode & 0o777 == 0o644
+    (checkout / CONFIG).chmod(0o444)
+    assert run_patchset("revert", "--unilab", str(checkout)).returncode == 0
+    assert (checkout / CONFIG).stat().st_mode & 0o777 == 0o444
+
+
+def test_failed_apply_keeps_the_users_uni_rl(checkout: Path, overlay: Path, run_patchset: Runner) -> None:
+    mine = overlay / "uni_rl" / "mine.py"
+    mine.parent.mkdir()
+    mine.write_text("my own work\n")
+    before, overlay_before = tree_hashes(checkout), tree_hashes(overlay)
+    one_line(run_patchset("apply", "--unilab", str(checkout)), "was not built by patchset")
+    assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before
+
+
+def test_revert_uses_the_overlay_it_applied(checkout: Path, overlay: Path, tmp_path: Path) -> None:
+    other = make_overlay(tmp_path / "other overlay")
+    (other / "uni_rl").mkdir()
+    (other / "uni_rl" / "mine.py").write_text("my own work\n")
+    other_before, pristine = tree_hashes(other), tree_hashes(checkout)
+    assert patchset(overlay, "apply", "--unilab", str(checkout)).returncode == 0
+    applied = tree_hashes(overlay)
+    for force in ([], ["--force"]):
+        one_line(patchset(other, "revert", "--unilab", str(checkout), *force), f"was applied with the overlay {overlay}")
+        assert tree_hashes(other) == other_before and tree_hashes(overlay) == applied
+    plain = subprocess.run([sys.executable, "-m", "patchset", "revert", "--unilab", str(checkout)],
+                           env=patchset_env(), capture_output=True, text=True, check=False)
+    assert plain.returncode == 0 and "overlay removed" in plain.stdout, plain.stderr
+    assert not (overlay / "uni_rl").exists() and tree_hashes(checkout) == pristine
+
+
+@pytest.mark.parametrize("where", ["state", "overlay manifest", "patches manifest"])
+def test_structurally_invalid_json_is_one_line(checkout: Path, overlay: Path, run_patchset: Runner,
+                                               tmp_path: Path, where: str) -> None:
+    patches = tmp_path / "patches"
+    shutil.copytree(PROJECT / "patches", patches)
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    target = {"state": checkout / ".flashsac-overlay" / "state.json", "overlay manifest": overlay / "MANIFEST.json",
+              "patches manifest": patches / "MANIFEST.json"}[where]
+    target.write_text("{}\n")
+    before, overlay_before = tree_hashes(checkout), tree_hashes(overlay)
+    commands = {"state": ["status", "apply", "revert"], "overlay manifest": ["revert"],
+                "patches manifest": ["status", "apply"]}[where]
+    for command in commands:
+        one_line(run_patchset(command, "--unilab", str(checkout), "--patches", str(patches)), "is corrupt")
+    assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before
+
+
+def test_stray_patch_is_refused(checkout: Path, run_patchset: Runner, tmp_path: Path) -> None:
+    patches = tmp_path / "patches"
+    shutil.copytree(PROJECT / "patches", patches)
+    shutil.copy(patches / "uni_rl" / "0001-normalizer-state-in-place.patch", patches / "uni_rl" / "0010-stray.patch")
+    before = tree_hashes(checkout)
+    one_line(run_patchset("apply", "--unilab", str(checkout), "--patches", str(patches)),
+             "patch uni_rl/0010-stray.patch is not listed in")
+    assert tree_hashes(checkout) == before
+
+
+def test_injected_permission_denied_is_one_line(checkout: Path, overlay: Path, run_patchset: Runner) -> None:
+    before, overlay_before = tree_hashes(checkout), tree_hashes(overlay)
+    proc = run_patchset("apply", "--unilab", str(checkout), env={"PATCHSET_FAULT_AT": "4:errno=EACCES"})
+    one_line(proc, "Permission denied")
+    assert "rolled back, nothing changed" in proc.stderr
+    assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before
+
+
+def test_status_into_a_closed_pipe(checkout: Path, overlay: Path) -> None:
+    command = (f"{sys.executable} -m patchset status --unilab '{checkout}' --overlay '{overlay}' | true; "
+               "exit ${PIPESTATUS[0]}")  # 'true' has exited long before the interpreter prints
+    proc = subprocess.run(["bash", "-c", command], env=patchset_env(), capture_output=True, text=True, check=False)
+    one_line(proc, "the output pipe was closed", 141)
+
+
+def test_two_first_time_applies_on_the_embedded_tree(tmp_path: Path, overlay: Path) -> None:
+    env = patchset_env(PATCHSET_EMBEDDED_TREE=str(tmp_path / "embedded"))
+    runs = [subprocess.Popen([sys.executable, "-m", "patchset", "apply", "--overlay", str(overlay)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(run.wait(timeout=300), run.stderr.read()) for run in runs]
+    assert 0 in [code for code, _ in results], results
+    for code, err in results:
+        assert code in (0, 3) and "Traceback" not in err and len(err.strip().splitlines()) == (code != 0), results
+    assert json.loads((tmp_path / "embedded" / ".flashsac-overlay" / "state.json").read_text())["phase"] == "applied"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".flashsac-tmp-")] == []
