@@ -35,7 +35,7 @@ STEP = python3 scripts/make_steps.py run $(if $(STEPS_LOG),--log $(STEPS_LOG))
 PATCHSET := env PYTHONPATH=scripts$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m patchset
 OFFLINE_TOOL := env PYTHONPATH=scripts$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m offline
 
-.PHONY: setup apply status revert provenance manifest test clean wheelhouse
+.PHONY: setup apply status revert provenance manifest port-report test clean wheelhouse
 
 ifdef OFFLINE
 setup:
@@ -72,6 +72,10 @@ manifest: setup
 # On a networked machine: everything an offline GPU host needs (README "Offline GPU host").
 wheelhouse: setup
 	$(OFFLINE_TOOL) build "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" $(if $(ASSETS),--assets "$(ASSETS)")
+
+# The series tried on an upstream release from PyPI: TARGET=unilab-rl==<version> or TARGET=unilab==<version>.
+port-report: setup
+	$(PATCHSET) port-report --target "$(TARGET)" $(if $(OUTPUT),--output "$(OUTPUT)")
 
 test: setup
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)

@@ -160,16 +160,24 @@ class Schedule:
 SCHEDULES: tuple[Schedule, ...] = (Schedule(2), Schedule(8))
 
 
-def config_overrides_for_compile_flag(compile_flag: bool | None) -> tuple[str, ...]:
-    """The original command line's ``--compile``/``--no-compile``: full-objective compile or eager.
+def config_for_compile_flag(compile_flag: bool) -> BenchConfig:
+    """The named configuration the original command line's ``--compile``/``--no-compile`` means.
 
-    The original report predates the whole-iteration graph, so both flags turn it off;
-    without either flag the tree's defaults apply (on the patched tree: the graph).
+    ``--compile`` is the report's full-objective compile (``compile``), ``--no-compile`` its
+    eager learner (``eager``); the report predates the whole-iteration graph and the graphed
+    inference, so both are off, exactly as in those named configurations.
+    """
+    return CONFIGS["compile" if compile_flag else "eager"]
+
+
+def config_overrides_for_compile_flag(compile_flag: bool | None) -> tuple[str, ...]:
+    """The Hydra overrides of ``--compile``/``--no-compile``: those of the named configuration.
+
+    Without either flag the tree's defaults apply (on the patched tree: the graphs).
     """
     if compile_flag is None:
         return ()
-    value = str(compile_flag).lower()
-    return (f"{_P}use_compile={value}", f"{_P}compile_full_objectives={value}", _NO_ITERATION_GRAPH)
+    return config_for_compile_flag(compile_flag).overrides
 
 
 @dataclass(frozen=True)

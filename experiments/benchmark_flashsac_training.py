@@ -191,8 +191,8 @@ def config_identity(args: argparse.Namespace) -> tuple[str, str]:
         return config.name, config.label
     if args.compile is None:
         return "patched-default", bench_configs.CONFIGS["patched-default"].label
-    name = "compile" if args.compile else "eager"
-    return name, bench_configs.CONFIGS[name].label
+    config = bench_configs.config_for_compile_flag(args.compile)
+    return config.name, config.label
 
 
 def resolve_learner(args: argparse.Namespace) -> tuple[str, Path | None]:

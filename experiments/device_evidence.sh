@@ -13,8 +13,8 @@
 #           of a table row come from runs made side by side on one GPU. Run it alone.
 #   pinned  collector figures (CPU-bound): `make bench` per GPU, each pinned to its own block of CORES_PER_GPU
 #           (16) cores with taskset, so two invocations never share a core; GPU0_PLAN and GPU1_PLAN are the
-#           make variables of each (e.g. 'SETTING=report SCHEDULES=2 CONFIGS=baseline-1.3.2,patched-default').
-#           Run it alone.
+#           make variables of each (e.g. 'SETTING=report SCHEDULES=2 CONFIGS=baseline-1.3.2,patched-default');
+#           GPUn_CHECKS=1 runs validate_numerics.py --mode gpu after that GPU's bench, on its cores. Run it alone.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -78,10 +78,15 @@ for mode in "$@"; do
       for gpu in 0 1; do
         plan_var=GPU${gpu}_PLAN
         [ -n "${!plan_var:-}" ] || continue
+        checks_var=GPU${gpu}_CHECKS
+        cores=$((gpu * per))-$((gpu * per + per - 1))
         # shellcheck disable=SC2086  # the plan is a list of make variables
-        on_gpu "$gpu" "pinned-gpu$gpu" taskset -c "$((gpu * per))-$((gpu * per + per - 1))" \
-          bash experiments/device_bench.sh bench ${!plan_var} ITERATIONS="${ITERATIONS:-1000}" \
-          SUMMARY_LAST="${SUMMARY_LAST:-500}" NO_CHECKS=1 BENCH_ARGS="--results-root $work/gpu$gpu"
+        on_gpu "$gpu" "pinned-gpu$gpu" bash -c "taskset -c $cores bash experiments/device_bench.sh bench \
+          ${!plan_var} ITERATIONS=${ITERATIONS:-1000} SUMMARY_LAST=${SUMMARY_LAST:-500} NO_CHECKS=1 \
+          BENCH_ARGS='--results-root $work/gpu$gpu'; echo \"bench exit \$?\"
+          if [ -n '${!checks_var:-}' ]; then taskset -c $cores python3 experiments/validate_numerics.py --mode gpu \
+            --baseline-root work/bench/unilab-rl-1.3.2 --patched-root overlay \
+            --output $work/validate_numerics_gpu.json; fi"
       done
       ;;
     *) echo "device_evidence.sh: unknown mode $mode (checks|parity|bench|pinned)" >&2; exit 2 ;;

@@ -125,6 +125,21 @@ TIER_A_SNAPSHOT = "2:critic"
 # target update), which the baseline, without the probe, offers for the critic.
 FIRST_CRITIC_SNAPSHOT = "0:actor"
 GPU_LEARNER_KWARGS = {"actor_hidden_dim": 128, "critic_hidden_dim": 256}
+# One bad batch, then clean ones (patch 0010), in a run resumed from a CPU learner's
+# checkpoint (patch 0011). ``poison``: NaN/Inf in one field of one update's batch, which
+# every path reads (the whole-iteration graph takes the batch as the runner hands it): an
+# observation at the first update of iteration 2 (skips that iteration's actor and
+# temperature steps) and a critic input at the first update of iteration 4 (skips a
+# critic step, and the actor step that reads it through the frozen critic). Snapshots
+# around iteration 2 show its skipped actor step left the actor bitwise as it was.
+ROBUSTNESS_CONFIG: dict[str, Any] = {
+    "poison": [{"update": 4, "field": "obs"}, {"update": 8, "field": "critic"}],
+    "snapshot_at": ["4:critic", "6:critic"],
+    "resume_from_cpu_checkpoint": True,
+}
+# Which steps a poisoned field skips (see ROBUSTNESS_CONFIG).
+POISON_SKIPS = {"obs": ("actor", "temperature"), "critic": ("critic", "actor")}
+SKIP_RATE_KEYS = ("critic_skip_rate", "actor_skip_rate", "temperature_skip_rate")
 
 
 # --------------------------------------------------------------------------- worker
@@ -592,6 +607,77 @@ def inference_probe(learner: Any, obs: Any) -> dict[str, Any]:
     }
 
 
+def _poisoned(values: Any) -> Any:
+    """A copy of ``values`` with every 7th entry NaN and entry 3 Inf."""
+    values = values.clone()
+    values.view(-1)[::7] = float("nan")
+    values.view(-1)[3] = float("inf")
+    return values
+
+
+def _optimizers(learner: Any) -> tuple[Any, ...]:
+    return (learner.actor_optimizer, learner.critic_optimizer, learner.temperature_optimizer)
+
+
+def _rates(learner: Any) -> list[float]:
+    return [float(group["lr"]) for opt in _optimizers(learner) for group in opt.param_groups]
+
+
+def _scheduled_rates(learner: Any) -> list[float]:
+    """The rates the schedulers stand at: ``base_lr * lambda(last_epoch)`` per param group."""
+    return [
+        scheduler.base_lrs[index] * scheduler.lr_lambdas[index](scheduler.last_epoch)
+        for scheduler in (
+            learner.actor_scheduler,
+            learner.critic_scheduler,
+            learner.temperature_scheduler,
+        )
+        for index in range(len(scheduler.base_lrs))
+    ]
+
+
+def resume_from_cpu_checkpoint(
+    learner_module: Any, learner: Any, config: dict[str, Any], batch: dict[str, Any]
+) -> dict[str, Any]:
+    """Load into ``learner`` the checkpoint of a CPU learner after one update cycle.
+
+    Such a checkpoint holds its learning rates as floats and a CPU learner's optimizer
+    flags, as every unilab-rl 1.3.2 checkpoint does. The device switches (compile,
+    graphs, AMP) are left out of the CPU learner: its numbers are the same model's.
+    """
+    import torch
+
+    cpu_switches = {
+        k: v for k, v in config.get("learner", {}).items() if not k.startswith(("use_", "compile_"))
+    }
+    source = _build_learner(learner_module, dict(config, device="cpu", learner=cpu_switches))
+    cpu_batch = {k: v.to("cpu") for k, v in batch.items()}
+    source.update_critic(cpu_batch)
+    source.update_actor(cpu_batch)
+    source.soft_update_target()
+    if getattr(source, "deferred_metrics", False):
+        source.read_deferred_metrics()
+    before = [group["lr"] for opt in _optimizers(learner) for group in opt.param_groups]
+    learner.load_state_dict(source.get_state_dict())
+    after = [group["lr"] for opt in _optimizers(learner) for group in opt.param_groups]
+    switches = config.get("learner", {})
+    return {
+        "saved_rates": _rates(source),
+        "loaded_rates": _rates(learner),
+        # Device rates stay the very tensors the graphs read; float rates stay floats.
+        "rate_objects_kept": all(
+            a is b if isinstance(b, torch.Tensor) else not isinstance(a, torch.Tensor)
+            for a, b in zip(after, before, strict=True)
+        ),
+        "device_rates": all(isinstance(rate, torch.Tensor) for rate in after),
+        "device_rates_expected": str(config["device"]).startswith("cuda")
+        and any(
+            switches.get(key)
+            for key in ("use_cuda_graph_critic", "use_cuda_graph_actor", "use_whole_cycle_cuda_graph")
+        ),
+    }
+
+
 def worker_main(args: argparse.Namespace) -> None:
     learner_module = _import_uni_rl(args.root)
     import torch
@@ -620,11 +706,7 @@ def worker_main(args: argparse.Namespace) -> None:
     overrides: dict[tuple[int, str], dict[str, Any]] = {}
     for item in config.get("inject", []):
         index, phase, field = int(item["update"]), item["phase"], item["field"]
-        poisoned = dict(batches[index])
-        values = poisoned[field].clone()
-        values.view(-1)[::7] = float("nan")
-        values.view(-1)[3] = float("inf")
-        poisoned[field] = values.to(config["device"])
+        poisoned = dict(batches[index], **{field: _poisoned(batches[index][field])})
         overrides[(index, phase)] = {k: v.to(config["device"]) for k, v in poisoned.items()}
     snapshots: dict[str, Any] = {}
     snapshot_at = set(config.get("snapshot_at", []))
@@ -665,6 +747,12 @@ def worker_main(args: argparse.Namespace) -> None:
         else:
             learner.warm_up(dry, inference_obs=dry["obs"])
         result["warm_up_seconds"] = time.perf_counter() - warm_start
+    if config.get("resume_from_cpu_checkpoint"):
+        # After the warm-up, as a resume of a warmed-up learner: its graphs are captured
+        # (on the graph paths), so the load must keep the rate tensors and recapture.
+        result["checkpoint"] = resume_from_cpu_checkpoint(
+            learner_module, learner, config, batches[0]
+        )
     from torch._dynamo.utils import counters
 
     graphs_before = int(counters["stats"]["unique_graphs"])
@@ -674,6 +762,9 @@ def worker_main(args: argparse.Namespace) -> None:
         first_batch = {k: v.to(config["device"]) for k, v in batches[0].items()}
         first_chunk = {k: v.to(config["device"]) for k, v in data["reward_chunks"][0].items()}
         result["first_update"] = first_update_probe(learner, first_batch, first_chunk)
+    for item in config.get("poison", []):
+        index, field = int(item["update"]), item["field"]
+        batches[index] = dict(batches[index], **{field: _poisoned(batches[index][field])})
     start = time.perf_counter()
     result["metrics"] = _run_schedule(
         learner,
@@ -689,6 +780,18 @@ def worker_main(args: argparse.Namespace) -> None:
     # False after a fallback (capture failure etc.): the run then measured the
     # per-update path, not the graph.
     result["whole_cycle_graph_active"] = _whole_cycle(learner)
+    result["whole_cycle_graph_requested"] = bool(
+        config.get("learner", {}).get("use_whole_cycle_cuda_graph")
+    )
+    if "checkpoint" in result:
+        result["checkpoint"]["final_rates"] = _rates(learner)
+        result["checkpoint"]["scheduled_rates"] = _scheduled_rates(learner)
+    if config.get("poison"):
+        # What the collector would get now, through the learner's inference policy.
+        obs = batches[0]["obs"].to(config["device"])
+        dones = torch.zeros(obs.shape[0], device=obs.device)
+        actions = learner.inference_policy.explore(obs, dones=dones)
+        result["explore_finite"] = bool(torch.isfinite(actions).all())
     result["state"] = _state_of(learner)
     result["snapshots"] = snapshots
     # Graphs compiled during training proper: zero when the warm-up compiled them all.
@@ -890,7 +993,52 @@ def _metrics_only(metrics: list[dict[str, float]], keys: set[str]) -> list[dict[
     return [{k: v for k, v in item.items() if k in keys} for item in metrics]
 
 
-def cpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[str, Any]:
+def bitwise_vs_baseline(
+    baseline: dict[str, Any], candidate: dict[str, Any], *, require_no_skips: bool = False
+) -> dict[str, Any]:
+    """Gate: ``candidate``'s final state and iteration metrics bitwise ``baseline``'s.
+
+    Metrics the baseline lacks (the guard's skip rates) are left out of the comparison;
+    with ``require_no_skips`` every one of them must be zero.
+    """
+    baseline_keys = set().union(*(m.keys() for m in baseline["metrics"]))
+    state_cmp = compare_states(baseline["state"], candidate["state"])
+    metric_cmp = compare_states(
+        {"m": baseline["metrics"]}, {"m": _metrics_only(candidate["metrics"], baseline_keys)}
+    )
+    report: dict[str, Any] = {
+        "passed": state_cmp["equal"] and metric_cmp["equal"],
+        "tolerance": "bitwise",
+        "state": state_cmp,
+        "metrics": metric_cmp,
+    }
+    if require_no_skips:
+        skip_rates = [m[key] for m in candidate["metrics"] for key in SKIP_RATE_KEYS]
+        report["skip_rates_all_zero"] = bool(skip_rates) and not any(skip_rates)
+        report["passed"] = report["passed"] and report["skip_rates_all_zero"]
+    return report
+
+
+def frozen_critic_report(
+    baseline: dict[str, Any], patched_off: dict[str, Any], patched_on: dict[str, Any]
+) -> dict[str, Any]:
+    """Gate: the actor update gives no critic gradient and toggles no ``requires_grad``."""
+    return {
+        "passed": bool(
+            patched_off["critic_grads_none_after_actor_update"]
+            and patched_off["requires_grad_toggles_in_actor_update"] == 0
+            and patched_on["requires_grad_toggles_in_actor_update"] == 0
+        ),
+        "patched_requires_grad_toggles": patched_off["requires_grad_toggles_in_actor_update"],
+        "patched_critic_grads_none": patched_off["critic_grads_none_after_actor_update"],
+        "baseline_requires_grad_toggles": baseline["requires_grad_toggles_in_actor_update"],
+    }
+
+
+def cpu_checks(
+    baseline_root: Path, patched_root: Path, workdir: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(gated checks, measurements) of CPU mode."""
     iterations, updates_per_step, policy_frequency = 12, 2, 2
     data = workdir / "data.pt"
     make_data(data, iterations, updates_per_step, batch_size=64)
@@ -900,10 +1048,11 @@ def cpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
         "updates_per_step": updates_per_step,
         "policy_frequency": policy_frequency,
     }
-    checks: dict[str, Any] = {
+    measurements: dict[str, Any] = {
         "critic_updates": iterations * updates_per_step,
         "actor_updates": iterations * updates_per_step // policy_frequency,
     }
+    checks: dict[str, Any] = {}
     baseline = run_worker(
         baseline_root,
         data,
@@ -911,7 +1060,6 @@ def cpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
         workdir,
         "baseline",
     )
-    baseline_keys = set().union(*(m.keys() for m in baseline["metrics"]))
 
     # 1. every switch off: the patched learner is the baseline, bitwise.
     patched_off = run_worker(
@@ -921,14 +1069,7 @@ def cpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
         workdir,
         "patched_off",
     )
-    state_cmp = compare_states(baseline["state"], patched_off["state"])
-    metric_cmp = compare_states({"m": baseline["metrics"]}, {"m": patched_off["metrics"]})
-    checks["eager_switches_off_vs_baseline"] = {
-        "passed": state_cmp["equal"] and metric_cmp["equal"],
-        "tolerance": "bitwise",
-        "state": state_cmp,
-        "metrics": metric_cmp,
-    }
+    checks["eager_switches_off_vs_baseline"] = bitwise_vs_baseline(baseline, patched_off)
 
     # 2. guard + deferred metrics on, after a warm-up: finite steps, iteration means and
     #    the restored state are unchanged.
@@ -940,35 +1081,12 @@ def cpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
         workdir,
         "patched_guard_deferred",
     )
-    state_cmp = compare_states(baseline["state"], patched_on["state"])
-    metric_cmp = compare_states(
-        {"m": baseline["metrics"]},
-        {"m": _metrics_only(patched_on["metrics"], baseline_keys)},
+    checks["eager_warm_up_guard_deferred_vs_baseline"] = bitwise_vs_baseline(
+        baseline, patched_on, require_no_skips=True
     )
-    skip_rates = [
-        m[key]
-        for m in patched_on["metrics"]
-        for key in ("critic_skip_rate", "actor_skip_rate", "temperature_skip_rate")
-    ]
-    checks["eager_warm_up_guard_deferred_vs_baseline"] = {
-        "passed": state_cmp["equal"] and metric_cmp["equal"] and not any(skip_rates),
-        "tolerance": "bitwise",
-        "state": state_cmp,
-        "metrics": metric_cmp,
-        "skip_rates_all_zero": not any(skip_rates),
-    }
 
     # 3. frozen critic: the actor update gives no critic gradient and toggles nothing.
-    checks["frozen_critic_actor_update"] = {
-        "passed": bool(
-            patched_off["critic_grads_none_after_actor_update"]
-            and patched_off["requires_grad_toggles_in_actor_update"] == 0
-            and patched_on["requires_grad_toggles_in_actor_update"] == 0
-        ),
-        "patched_requires_grad_toggles": patched_off["requires_grad_toggles_in_actor_update"],
-        "patched_critic_grads_none": patched_off["critic_grads_none_after_actor_update"],
-        "baseline_requires_grad_toggles": baseline["requires_grad_toggles_in_actor_update"],
-    }
+    checks["frozen_critic_actor_update"] = frozen_critic_report(baseline, patched_off, patched_on)
 
     # 4. NaN/Inf injection: skipped steps, unchanged parameters, counted skips.
     inject = [
@@ -991,7 +1109,29 @@ def cpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
         baseline_root, data, dict(base_config, inject=inject), workdir, "baseline_injected"
     )
     checks["finite_guard_injection"] = injection_report(guarded, unguarded, updates_per_step)
-    return checks
+
+    # 5. One bad batch, then clean ones; started from another learner's checkpoint.
+    robust = run_worker(
+        patched_root,
+        data,
+        dict(base_config, learner=switches, warm_up=True, **ROBUSTNESS_CONFIG),
+        workdir,
+        "patched_robustness",
+    )
+    checks["finite_guard_recovery"] = recovery_report({"cpu/eager": robust}, updates_per_step)
+    checks["checkpoint_resume_keeps_graphs"] = checkpoint_report({"cpu/eager": robust})
+    return checks, measurements
+
+
+def _modules_finite(state: dict[str, Any]) -> bool:
+    """Every float parameter and buffer (running statistics included) of the modules finite."""
+    import torch
+
+    return all(
+        bool(torch.isfinite(v).all())
+        for _, v in _flatten({k: state[k] for k in ("actor", "critic", "target_critic")})
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    )
 
 
 def injection_report(
@@ -1001,46 +1141,28 @@ def injection_report(
 
     Snapshots are taken before updates, so "before critic 10" is the state right after
     critic step 9 and its target update, and "before critic 15" the state after actor
-    step 14. The poisoned actor step must leave the actor parameters and the actor
-    optimizer bitwise unchanged; its forward pass still moves the actor's BatchNorm
-    running statistics (finite: the poison is in the critic input), which are
-    forward-time state and not guarded. The temperature step sees a finite loss and
-    proceeds.
+    step 14. Each poisoned step must leave its side bitwise unchanged: parameters,
+    optimizer state and the BatchNorm running statistics its forward moved (patch 0010;
+    the scheduler still advances the learning rate). The temperature step sees a finite
+    loss and proceeds.
     """
-    import torch
-
     snaps = guarded["snapshots"]
 
     def critic_side(state: dict[str, Any]) -> dict[str, Any]:
-        # The poisoned forward still moves BatchNorm running statistics (forward-time
-        # state, not guarded) and the scheduler still advances the learning rate.
         return {
-            "critic": {k: v for k, v in state["critic"].items() if "running" not in k},
-            "target_critic": {
-                k: v for k, v in state["target_critic"].items() if "running" not in k
-            },
+            "critic": state["critic"],
+            "target_critic": state["target_critic"],
             "critic_optimizer": state["critic_optimizer"]["state"],
         }
 
     critic_unchanged = compare_states(critic_side(snaps["9:critic"]), critic_side(snaps["10:critic"]))
 
-    def actor_side(state: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "actor": {k: v for k, v in state["actor"].items() if "running" not in k},
-            "actor_optimizer": state["actor_optimizer"]["state"],
-        }
-
-    actor_unchanged = compare_states(actor_side(snaps["14:actor"]), actor_side(snaps["15:critic"]))
+    actor_unchanged = compare_states(
+        _actor_side(snaps["14:actor"]), _actor_side(snaps["15:critic"])
+    )
     temperature_moved = not compare_states(
         snaps["14:actor"]["temperature"], snaps["15:critic"]["temperature"]
     )["equal"]
-
-    def all_finite(state: dict[str, Any]) -> bool:
-        return all(
-            bool(torch.isfinite(v).all())
-            for _, v in _flatten({k: state[k] for k in ("actor", "critic", "target_critic")})
-            if isinstance(v, torch.Tensor) and v.is_floating_point()
-        )
 
     metrics = guarded["metrics"]
     critic_iteration, actor_iteration = 9 // updates_per_step, 14 // updates_per_step
@@ -1048,11 +1170,7 @@ def injection_report(
         (critic_iteration, "critic_skip_rate"): 1.0 / updates_per_step,
         (actor_iteration, "actor_skip_rate"): 1.0,
     }
-    skip_rates = {
-        (i, key): m[key]
-        for i, m in enumerate(metrics)
-        for key in ("critic_skip_rate", "actor_skip_rate", "temperature_skip_rate")
-    }
+    skip_rates = {(i, key): m[key] for i, m in enumerate(metrics) for key in SKIP_RATE_KEYS}
     skips_as_expected = all(value == expected.get(key, 0.0) for key, value in skip_rates.items())
     return {
         "passed": bool(
@@ -1060,15 +1178,129 @@ def injection_report(
             and actor_unchanged["equal"]
             and temperature_moved
             and skips_as_expected
-            and all_finite(guarded["state"])
+            and _modules_finite(guarded["state"])
         ),
         "critic_params_target_and_optimizer_unchanged_by_skipped_step": critic_unchanged,
         "actor_params_and_optimizer_unchanged_by_skipped_step": actor_unchanged,
         "temperature_step_still_applied": temperature_moved,
         "skip_rates_as_expected": skips_as_expected,
         "nonzero_skip_rates": {f"iter{i}:{k}": v for (i, k), v in skip_rates.items() if v},
-        "guarded_final_parameters_finite": all_finite(guarded["state"]),
-        "unguarded_baseline_final_parameters_finite": all_finite(unguarded["state"]),
+        "guarded_final_parameters_finite": _modules_finite(guarded["state"]),
+        "unguarded_baseline_final_parameters_finite": _modules_finite(unguarded["state"]),
+    }
+
+
+def _actor_side(state: dict[str, Any]) -> dict[str, Any]:
+    """The actor's parameters, running statistics and optimizer state of a saved state."""
+    return {"actor": state["actor"], "actor_optimizer": state["actor_optimizer"]["state"]}
+
+
+def expected_recovery_skips(
+    updates_per_step: int, policy_frequency: int
+) -> dict[tuple[int, str], float]:
+    """Per (iteration, metric): the skip rate ``ROBUSTNESS_CONFIG``'s poison must cause."""
+    steps = {
+        "critic": updates_per_step,
+        "actor": (updates_per_step - 1) // policy_frequency + 1,
+        "temperature": (updates_per_step - 1) // policy_frequency + 1,
+    }
+    expected: dict[tuple[int, str], float] = {}
+    for item in ROBUSTNESS_CONFIG["poison"]:
+        for kind in POISON_SKIPS[item["field"]]:
+            key = (int(item["update"]) // updates_per_step, f"{kind}_skip_rate")
+            expected[key] = expected.get(key, 0.0) + 1.0 / steps[kind]
+    return expected
+
+
+def recovery_report(
+    results: dict[str, Any], updates_per_step: int, policy_frequency: int = 2
+) -> dict[str, Any]:
+    """Gate: one bad batch costs only its own steps, on every path run (patch 0010).
+
+    Per run of ``ROBUSTNESS_CONFIG``: the poisoned iterations skip exactly the steps the
+    poison reaches and every other iteration skips none (a learner left with NaN running
+    statistics skips every later step); the skipped actor step left the actor's
+    parameters, running statistics and optimizer state bitwise as they were; the final
+    modules (running statistics included) are finite; the collector's inference policy
+    answers with finite actions.
+    """
+    expected = expected_recovery_skips(updates_per_step, policy_frequency)
+    before, after = ROBUSTNESS_CONFIG["snapshot_at"]
+    configs: dict[str, Any] = {}
+    for key, result in results.items():
+        skip_rates = {
+            (i, name): m.get(name, math.nan)
+            for i, m in enumerate(result["metrics"])
+            for name in SKIP_RATE_KEYS
+        }
+        skips_ok = all(v == expected.get(k, 0.0) for k, v in skip_rates.items())
+        actor = compare_states(
+            _actor_side(result["snapshots"][before]), _actor_side(result["snapshots"][after])
+        )
+        finite = _modules_finite(result["state"])
+        configs[key] = {
+            "passed": bool(skips_ok and actor["equal"] and finite and result["explore_finite"]),
+            "skip_rates_as_expected": skips_ok,
+            "nonzero_skip_rates": {f"iter{i}:{k}": v for (i, k), v in skip_rates.items() if v},
+            "skipped_actor_step_left_actor_bitwise": actor,
+            "final_modules_finite": finite,
+            "explore_finite": result["explore_finite"],
+        }
+    return {
+        "passed": bool(configs) and all(item["passed"] for item in configs.values()),
+        "rule": "poisoned batches skip only their own steps; skipped steps leave all state "
+        "(running statistics included); training and inference stay finite",
+        "expected_skip_rates": {f"iter{i}:{k}": v for (i, k), v in expected.items()},
+        "configs": configs,
+    }
+
+
+#: Learning rates are float32 tensors on the graph paths: equal to float64 within this.
+RATE_REL_TOL = 1e-6
+
+
+def _rates_close(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(
+        math.isclose(x, y, rel_tol=RATE_REL_TOL, abs_tol=0.0) for x, y in zip(a, b)
+    )
+
+
+def checkpoint_report(results: dict[str, Any]) -> dict[str, Any]:
+    """Gate: a CPU learner's checkpoint (float rates) keeps the graph paths working (patch 0011).
+
+    Per run of ``ROBUSTNESS_CONFIG``: the loaded rates are the checkpoint's; on the graph
+    paths they are still the device tensors the graphs read (the same objects), elsewhere
+    floats; after training the rates are the schedulers' current ones (the schedule
+    reached whatever the updates read); a whole-iteration graph that was asked for still
+    ran (no fallback from a failed capture).
+    """
+    configs: dict[str, Any] = {}
+    for key, result in results.items():
+        item = result["checkpoint"]
+        graph_kept = result["whole_cycle_graph_active"] or not result["whole_cycle_graph_requested"]
+        loaded = _rates_close(item["loaded_rates"], item["saved_rates"])
+        scheduled = _rates_close(item["final_rates"], item["scheduled_rates"])
+        moved = not _rates_close(item["final_rates"], item["loaded_rates"])
+        rate_kind = item["device_rates"] == item["device_rates_expected"]
+        configs[key] = {
+            "passed": bool(
+                loaded and item["rate_objects_kept"] and rate_kind and scheduled and moved
+                and graph_kept
+            ),
+            "loaded_rates_are_the_checkpoints": loaded,
+            "rate_objects_kept": item["rate_objects_kept"],
+            "device_rates": item["device_rates"],
+            "device_rates_expected": item["device_rates_expected"],
+            "final_rates_are_the_schedulers": scheduled,
+            "schedule_moved_the_rates": moved,
+            "whole_cycle_graph_kept": graph_kept,
+            "rates": {k: item[k] for k in ("saved_rates", "loaded_rates", "final_rates", "scheduled_rates")},
+        }
+    return {
+        "passed": bool(configs) and all(item["passed"] for item in configs.values()),
+        "rule": "a float-rate checkpoint loads into the learner's own rates (device tensors on "
+        "the graph paths), the schedule reaches them, and the whole-iteration graph stays on",
+        "configs": configs,
     }
 
 
@@ -1301,14 +1533,18 @@ GPU_CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def compare_configurations(results: dict[str, Any], iterations: int) -> dict[str, Any]:
-    """The gated numerics checks of GPU mode over the workers' results (see constants).
+def compare_configurations(
+    results: dict[str, Any], iterations: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(gated checks, measurements) of GPU mode over the workers' results (see constants).
 
     ``results`` maps ``patched/<precision>/<config>`` and ``baseline/fp32/eager`` to
     worker results; patched workers ran ``first_update_probe``. Separate from the
-    workers so that CPU runs (tests) apply exactly these rules.
+    workers so that CPU runs (tests) apply exactly these rules. The measured floors that
+    set tolerances (tier-B amplification, bf16 rounding) are measurements, not checks.
     """
     checks: dict[str, Any] = {}
+    measurements: dict[str, Any] = {}
     base, patched = results["baseline/fp32/eager"], results["patched/fp32/eager"]
     baseline_keys = set().union(*(m.keys() for m in base["metrics"]))
     critic_names = [
@@ -1349,8 +1585,7 @@ def compare_configurations(results: dict[str, Any], iterations: int) -> dict[str
             float("inf"),
         )["worst_relative_difference"]
     floor_value = max(*floors.values(), TIER_B_MIN_FLOOR)
-    checks["tier_b_amplification_floor"] = {
-        "passed": True,
+    measurements["tier_b_amplification_floor"] = {
         "measured": floors,
         "minimum": TIER_B_MIN_FLOOR,
         "floor": floor_value,
@@ -1361,8 +1596,7 @@ def compare_configurations(results: dict[str, Any], iterations: int) -> dict[str
             patched["first_update"], results["patched/bf16/eager"]["first_update"]
         )
         worst_floor = max(bf16_floor.items(), key=lambda item: item[1])
-        checks["bf16:eager_vs_fp32_eager_first_update_floor"] = {
-            "passed": True,
+        measurements["bf16:eager_vs_fp32_eager_first_update_floor"] = {
             "note": "measured bf16 rounding floor per quantity (sets the bf16 tolerances)",
             "worst_entry": worst_floor[0],
             "worst_difference": worst_floor[1],
@@ -1403,10 +1637,72 @@ def compare_configurations(results: dict[str, Any], iterations: int) -> dict[str
                     TIER_A_REPORT_TOL[precision],
                 ),
             }
-    return checks
+    return checks, measurements
 
 
-def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[str, Any]:
+def graph_breaks_report(explain: dict[str, Any]) -> dict[str, Any]:
+    """Gate: each whole objective traces to one graph with no break."""
+    return {
+        "passed": bool(explain)
+        and all(
+            item["graph_count"] == 1 and item["graph_break_count"] == 0
+            for item in explain.values()
+        ),
+        "explain": explain,
+    }
+
+
+def host_sync_report(per_config: dict[str, Any]) -> dict[str, Any]:
+    """Gate: patched configurations sync the host nowhere in a cycle, once at the metrics read."""
+    patched = [k for k in per_config if k.startswith("patched/")]
+    return {
+        "passed": bool(patched)
+        and all(
+            per_config[k]["audit"]["host_syncs_in_cycle"] == 0
+            and per_config[k]["audit"]["host_syncs_in_metrics_read"] == 1
+            for k in patched
+        ),
+        "rule": "patched: zero host syncs inside one update cycle, one at the metrics read",
+        "per_config": per_config,
+    }
+
+
+def whole_cycle_kept_report(results: dict[str, Any], requested: list[str]) -> dict[str, Any]:
+    """Gate: the configurations that asked for the whole-iteration graph still ran it."""
+    return {
+        "passed": bool(requested) and all(results[key]["whole_cycle_graph_active"] for key in requested),
+        "rule": "the whole-iteration configurations still ran their graph (no fallback)",
+        "configs": requested,
+    }
+
+
+def inference_graph_report(probed: dict[str, Any]) -> dict[str, Any]:
+    """Gate: the graphed inference forward was captured and answers as the eager one."""
+    return {
+        "passed": bool(probed)
+        and all(
+            item["captured"] and item["worst_relative_difference"] <= INFERENCE_GRAPH_REL_TOL
+            for item in probed.values()
+        ),
+        "rule": f"graphed inference forward captured, and within {INFERENCE_GRAPH_REL_TOL:g} of eager "
+        "(mean, std, three consecutive exploration actions) after training moved the weights",
+        "configs": probed,
+    }
+
+
+def no_compilation_report(per_config: dict[str, Any], recommended: list[str]) -> dict[str, Any]:
+    """Gate: the compiled configurations compiled nothing after their warm-up."""
+    return {
+        "passed": bool(recommended)
+        and all(per_config[k]["graphs_compiled_after_warm_up"] == 0 for k in recommended),
+        "configs": recommended,
+    }
+
+
+def gpu_checks(
+    baseline_root: Path, patched_root: Path, workdir: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(gated checks, measurements) of GPU mode."""
     from concurrent.futures import ThreadPoolExecutor
 
     iterations, updates_per_step, policy_frequency = 12, 2, 2
@@ -1457,6 +1753,20 @@ def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
     for name in ("eager", "loss_only_compile"):
         learner = dict(GPU_LEARNER_KWARGS, use_compile=name != "eager")
         jobs[f"baseline/fp32/{name}"] = (baseline_root, dict(common, learner=learner))
+    # One bad batch and a resumed checkpoint on every update path (not compared numerically).
+    for name in ("eager", "full_objective_compile", "full_objective_compile_manual_graphs",
+                 "whole_cycle_graph"):
+        learner = dict(GPU_LEARNER_KWARGS, **GPU_CONFIGS[name], finite_guard=True, deferred_metrics=True)
+        jobs[f"robustness/fp32/{name}"] = (
+            patched_root,
+            {
+                **{k: common[k] for k in ("device", "seed", "updates_per_step", "policy_frequency")},
+                "fallback_random": True,
+                "learner": learner,
+                "warm_up": True,
+                **ROBUSTNESS_CONFIG,
+            },
+        )
 
     def run(item: tuple[str, tuple[Path, dict[str, Any]]]) -> tuple[str, Any]:
         key, (root, config) = item
@@ -1465,15 +1775,13 @@ def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
     # Compilation is CPU-bound: four workers in parallel share the 16 cores.
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = dict(pool.map(run, jobs.items()))
-    checks = compare_configurations(results, iterations)
-    explain = results["patched/fp32/full_objective_compile"]["explain"]
-    checks["full_objective_graph_breaks"] = {
-        "passed": all(
-            item["graph_count"] == 1 and item["graph_break_count"] == 0
-            for item in explain.values()
-        ),
-        "explain": explain,
-    }
+    robustness = {key: results.pop(key) for key in list(results) if key.startswith("robustness/")}
+    checks, measurements = compare_configurations(results, iterations)
+    checks["finite_guard_recovery"] = recovery_report(robustness, updates_per_step, policy_frequency)
+    checks["checkpoint_resume_keeps_graphs"] = checkpoint_report(robustness)
+    checks["full_objective_graph_breaks"] = graph_breaks_report(
+        results["patched/fp32/full_objective_compile"]["explain"]
+    )
     per_config = {
         key: {
             "audit": result.get("audit"),
@@ -1489,43 +1797,17 @@ def gpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> dict[s
     recommended = [
         k for k in per_config if k.startswith("patched/") and ("compile" in k or "graph" in k)
     ]
-    checks["host_sync_audit"] = {
-        "passed": all(
-            per_config[k]["audit"]["host_syncs_in_cycle"] == 0
-            and per_config[k]["audit"]["host_syncs_in_metrics_read"] == 1
-            for k in per_config
-            if k.startswith("patched/")
-        ),
-        "rule": "patched: zero host syncs inside one update cycle, one at the metrics read",
-        "per_config": per_config,
-    }
+    checks["host_sync_audit"] = host_sync_report(per_config)
     requested = [
         key
         for key, (_, config) in jobs.items()
-        if config["learner"].get("use_whole_cycle_cuda_graph")
+        if key in results and config["learner"].get("use_whole_cycle_cuda_graph")
     ]
-    checks["whole_cycle_graph_kept"] = {
-        "passed": bool(requested)
-        and all(results[key]["whole_cycle_graph_active"] for key in requested),
-        "rule": "the whole-iteration configurations still ran their graph (no fallback)",
-        "configs": requested,
-    }
+    checks["whole_cycle_graph_kept"] = whole_cycle_kept_report(results, requested)
     probed = {key: results[key]["inference"] for key in results if "inference" in results[key]}
-    checks["inference_graph_matches_eager"] = {
-        "passed": bool(probed)
-        and all(
-            item["captured"] and item["worst_relative_difference"] <= INFERENCE_GRAPH_REL_TOL
-            for item in probed.values()
-        ),
-        "rule": f"graphed inference forward captured, and within {INFERENCE_GRAPH_REL_TOL:g} of eager "
-        "(mean, std, three consecutive exploration actions) after training moved the weights",
-        "configs": probed,
-    }
-    checks["no_compilation_after_warm_up"] = {
-        "passed": all(per_config[k]["graphs_compiled_after_warm_up"] == 0 for k in recommended),
-        "configs": recommended,
-    }
-    return checks
+    checks["inference_graph_matches_eager"] = inference_graph_report(probed)
+    checks["no_compilation_after_warm_up"] = no_compilation_report(per_config, recommended)
+    return checks, measurements
 
 
 # --------------------------------------------------------------------------- main
@@ -1556,10 +1838,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="validate_numerics_") as tmp:
         workdir = Path(tmp)
         if args.mode == "cpu":
-            checks = cpu_checks(args.baseline_root, args.patched_root, workdir)
+            checks, measurements = cpu_checks(args.baseline_root, args.patched_root, workdir)
         else:
-            checks = gpu_checks(args.baseline_root, args.patched_root, workdir)
-    passed = all(item.get("passed", False) for item in checks.values() if isinstance(item, dict))
+            checks, measurements = gpu_checks(args.baseline_root, args.patched_root, workdir)
+    # Every entry under checks is a gate that can fail; what was measured is reported apart.
+    passed = bool(checks) and all(item["passed"] is True for item in checks.values())
     device = (
         torch.cuda.get_device_name(0) if args.mode == "gpu" and torch.cuda.is_available() else "cpu"
     )
@@ -1576,6 +1859,7 @@ def main() -> int:
         "patched_root": str(args.patched_root),
         "seconds": round(time.perf_counter() - started, 1),
         "checks": checks,
+        "measurements": measurements,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")

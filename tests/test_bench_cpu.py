@@ -102,6 +102,48 @@ def test_no_compile_turns_both_switches_off_and_config_is_exclusive() -> None:
         single.parse_args([*ORIGINAL_ARGV[:-1], "--iterations", "0"])
 
 
+def _switches(tree: Path, overrides: list[str]) -> dict[str, bool]:
+    """The learner switches the patched tree's flashsac config resolves to under ``overrides``."""
+    from hydra import compose, initialize_config_dir
+
+    conf = tree / "src" / "unilab" / "conf" / "flashsac"
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        params = compose("config", overrides=overrides).algo.algo_params
+    return {key: bool(params[key]) for key in (
+        "use_compile", "compile_full_objectives", "use_cuda_graph_critic", "use_cuda_graph_actor",
+        "use_whole_cycle_cuda_graph", "use_cuda_graph_inference")}
+
+
+@pytest.mark.parametrize(("flag", "name"), [("--compile", "compile"), ("--no-compile", "eager")])
+def test_compile_flags_mean_exactly_the_named_configurations(
+    flag: str, name: str, tmp_path: Path, patched_unilab_root: Path
+) -> None:
+    """--compile / --no-compile run exactly the named configuration they are labelled as."""
+    base = single.parse_args([*ORIGINAL_ARGV[:-1], "--output", "x.json"])
+    flagged = single.parse_args([*ORIGINAL_ARGV[:-1], flag, "--output", "x.json"])
+    named = single.parse_args([*ORIGINAL_ARGV[:-1], "--config", name, "--output", "x.json"])
+    logs = tmp_path / "logs"
+    common = single.hydra_overrides(base, logs)
+    flag_overrides = single.hydra_overrides(flagged, logs)
+    assert flag_overrides == single.hydra_overrides(named, logs)
+    assert single.config_identity(flagged) == single.config_identity(named) == (
+        name, bench_configs.CONFIGS[name].label)
+    # What the trainer really resolves: every switch as the named configuration sets it,
+    # the tree's default graphs (iteration graph, graphed inference) off.
+    own = [o for o in flag_overrides if o not in common]
+    switches = _switches(patched_unilab_root, own)
+    assert switches == _switches(patched_unilab_root, list(bench_configs.CONFIGS[name].overrides))
+    assert switches["use_whole_cycle_cuda_graph"] is False
+    assert switches["use_cuda_graph_inference"] is False
+    assert switches["use_compile"] is (name == "compile")
+    # Negative control: the former flag overrides (compile switches and the iteration graph
+    # only) left the tree's graphed inference on under the same label.
+    former = [f"++algo.algo_params.use_compile={name == 'compile'}".lower(),
+              f"++algo.algo_params.compile_full_objectives={name == 'compile'}".lower(),
+              f"++{bench_configs.ITERATION_GRAPH_KEY}=false"]
+    assert _switches(patched_unilab_root, former)["use_cuda_graph_inference"] is True
+
+
 def test_reference_configs_choose_their_learner_and_keep_the_overlay_off_the_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -471,3 +513,20 @@ def test_throughput_table_reads_wall_and_phases_per_setting() -> None:
     assert rows[("upstream unilab-rl 1.4.0 compile_full_objectives", "2/1/1")][14] == "50.0%"  # half the baseline's wall
     assert ("patched defaults (tree config)", "unilab-default 2/1/1") in rows  # its own column, not mixed with report's
     assert rows[("patched defaults (tree config)", "unilab-default 2/1/1")][14] == "–"  # no 1.3.2 run at that setting
+
+
+# ------------------------------------------------------------------ README tables come from results/
+
+def test_readme_tables_are_generated_from_the_committed_runs() -> None:
+    import readme_tables
+
+    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+    blocks = list(readme_tables.BLOCK.finditer(text))
+    assert blocks, "README.md has no generated table block"
+    assert readme_tables.stale_blocks(text) == []
+    # Negative control: one changed figure in one block is caught, and regenerating restores it.
+    body = blocks[0]["body"]
+    digit = next(i for i, ch in enumerate(body) if ch.isdigit())
+    changed = text.replace(body, body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1:], 1)
+    assert readme_tables.stale_blocks(changed) == [f"{blocks[0]['kind']}:{blocks[0]['folder']}"]
+    assert readme_tables.regenerate(changed) == text

@@ -9,6 +9,7 @@ one JSON object that the test asserts on.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import os
 import subprocess
@@ -118,14 +119,18 @@ def test_numerics_cpu_mode_passes(
     report = json.loads(output.read_text())
     assert report["passed"] is True
     checks = report["checks"]
-    assert checks["critic_updates"] >= 20 and checks["actor_updates"] >= 10
-    for name in (
+    measurements = report["measurements"]
+    assert measurements["critic_updates"] >= 20 and measurements["actor_updates"] >= 10
+    assert sorted(checks) == sorted((
         "eager_switches_off_vs_baseline",
         "eager_warm_up_guard_deferred_vs_baseline",
         "frozen_critic_actor_update",
         "finite_guard_injection",
-    ):
-        assert checks[name]["passed"] is True, name
+        "finite_guard_recovery",
+        "checkpoint_resume_keeps_graphs",
+    ))
+    for name, check in checks.items():
+        assert check["passed"] is True, name
     assert checks["eager_switches_off_vs_baseline"]["state"]["max_abs_diff"] == 0.0
     # The unguarded baseline is really damaged by the same injection: the check can fail.
     assert checks["finite_guard_injection"]["unguarded_baseline_final_parameters_finite"] is False
@@ -283,13 +288,11 @@ def test_finite_guard_skip_leaves_parameters_unchanged(patched_uni_rl_root: Path
         l.update_critic(batch(4)); l.update_actor(batch(4)); l.soft_update_target()
         recovered = state(l)
         weights = ("critic.", "target_critic.", "critic_optimizer.")
-        def params_only(s):  # BatchNorm running statistics are forward-time state
-            return {k: v for k, v in s.items() if "running" not in k}
         print(json.dumps({
-            "critic_unchanged": same(params_only(before), params_only(after_critic), weights),
+            # Running statistics included (patch 0010): a skipped step leaves all of it.
+            "critic_unchanged": same(before, after_critic, weights),
             "critic_skip_rate": bad_critic["critic_skip_rate"],
-            "actor_unchanged": same(params_only(after_critic), params_only(after_actor),
-                                    ("actor.", "actor_optimizer.")),
+            "actor_unchanged": same(after_critic, after_actor, ("actor.", "actor_optimizer.")),
             "actor_skip_rate": bad_actor["actor_skip_rate"],
             "temperature_skip_rate": bad_actor["temperature_skip_rate"],
             "finite_steps_move_again": not same(after_actor, recovered, ("critic.", "actor.")),
@@ -307,6 +310,236 @@ def test_finite_guard_skip_leaves_parameters_unchanged(patched_uni_rl_root: Path
         "finite_steps_move_again": True,
         "all_finite": True,
     }
+
+
+# One NaN in one replayed field, then clean batches (patch 0010). Run per field: which
+# steps the poison skips, whether the skipped steps left every piece of state (running
+# statistics included) bitwise as it was, and whether the next clean batch trains.
+RECOVERY = """
+from uni_rl.algos.flash_sac.learner import running_statistics
+
+def skips(metrics):
+    return {k: v for k, v in metrics.items() if k.endswith("skip_rate")}
+
+def cycle(l, b):
+    l.update_critic(b); l.update_actor(b); l.soft_update_target()
+    return skips(l.read_deferred_metrics())
+
+def recovery(fields, disable_restore=False, **switches):
+    out = {}
+    for field in fields:
+        l = learner(finite_guard=True, deferred_metrics=True, **switches)
+        if disable_restore:  # negative control: the guard as it was before patch 0010
+            l._guarded_restore_statistics = lambda *args: None
+        cycle(l, batch(1)); cycle(l, batch(2))
+        before = state(l)
+        poisoned = batch(3)
+        poisoned[field][5, 2] = float("nan")
+        bad = cycle(l, poisoned)
+        after = state(l)
+        skipped = {"critic": ("critic.", "target_critic.", "critic_optimizer."),
+                   "actor": ("actor.", "actor_optimizer.")}
+        unchanged = {kind: same(before, after, prefixes) for kind, prefixes in skipped.items()
+                     if bad[f"{kind}_skip_rate"] == 1.0}
+        stats = running_statistics(l.actor, l.critic, l.target_critic)
+        clean = [cycle(l, batch(4 + i)) for i in range(2)]
+        actions = l.actor.explore(batch(9)["obs"])
+        out[field] = {
+            "poisoned_skips": bad,
+            "skipped_steps_left_state_bitwise": unchanged,
+            "statistics_finite_after_skip": all(bool(torch.isfinite(t).all()) for t in stats),
+            "clean_skips": clean,
+            "explore_finite": bool(torch.isfinite(actions).all()),
+        }
+    return out
+"""
+FIELDS = ("obs", "next_obs", "actions", "critic")
+# The steps each poisoned field must skip: the critic objective reads next_obs (through the
+# actor), actions and critic inputs; the actor objective reads obs and next_obs, and the
+# critic input through the frozen critic; the temperature loss reads the actor's entropy.
+EXPECTED_SKIPS = {
+    "obs": {"critic_skip_rate": 0.0, "actor_skip_rate": 1.0, "temperature_skip_rate": 1.0},
+    "next_obs": {"critic_skip_rate": 1.0, "actor_skip_rate": 1.0, "temperature_skip_rate": 1.0},
+    "actions": {"critic_skip_rate": 1.0, "actor_skip_rate": 0.0, "temperature_skip_rate": 0.0},
+    "critic": {"critic_skip_rate": 1.0, "actor_skip_rate": 1.0, "temperature_skip_rate": 0.0},
+}
+CLEAN = {"critic_skip_rate": 0.0, "actor_skip_rate": 0.0, "temperature_skip_rate": 0.0}
+
+
+def _assert_recovered(result: dict[str, Any], fields: tuple[str, ...]) -> None:
+    for field in fields:
+        item = result[field]
+        assert item["poisoned_skips"] == EXPECTED_SKIPS[field], field
+        skipped = {kind for kind in ("critic", "actor") if EXPECTED_SKIPS[field][f"{kind}_skip_rate"]}
+        assert item["skipped_steps_left_state_bitwise"] == dict.fromkeys(skipped, True), field
+        assert item["statistics_finite_after_skip"] is True, field
+        assert item["clean_skips"] == [CLEAN, CLEAN], field
+        assert item["explore_finite"] is True, field
+
+
+def test_one_bad_batch_does_not_stop_learning(patched_uni_rl_root: Path) -> None:
+    """Per-update path on CPU: each poisoned field skips its steps, leaves all state, then training resumes.
+
+    Negative control: with the statistics restore disabled (the guard before patch 0010) the
+    same NaN observation leaves NaN running statistics, the actor step is skipped on every
+    later clean batch and the collector's actions are NaN.
+    """
+    result = run_snippet(patched_uni_rl_root, RECOVERY + f"print(json.dumps(recovery({FIELDS!r})))")
+    _assert_recovered(result, FIELDS)
+    broken = run_snippet(
+        patched_uni_rl_root, RECOVERY + "print(json.dumps(recovery(('obs',), disable_restore=True)))"
+    )["obs"]
+    assert broken["statistics_finite_after_skip"] is False
+    assert all(clean["actor_skip_rate"] == 1.0 for clean in broken["clean_skips"])
+    assert broken["explore_finite"] is False
+
+
+def test_one_bad_batch_does_not_stop_learning_compiled(patched_uni_rl_root: Path) -> None:
+    """The same on the full-objective compiled path (Inductor's C++ backend on CPU).
+
+    The learner's CUDA-only compile gate is lifted as validate_numerics' ``compile_on_cpu``
+    does, so the compiled objectives and the compiled guarded restore run; the
+    observation and critic-input cases cover a skipped actor step and a skipped critic step.
+    """
+    fields = ("obs", "critic")
+    body = (
+        "import uni_rl.algos.flash_sac.learner as learner_module\n"
+        "learner_module.get_torch_compile_for_cuda = lambda device, warn=False: torch.compile\n"
+        + RECOVERY
+        + f"r = recovery({fields!r}, use_compile=True, compile_full_objectives=True)\n"
+        "l = learner(use_compile=True, compile_full_objectives=True, finite_guard=True)\n"
+        "r['compiled'] = l.compile_full_objectives and l._guarded_restore_statistics != "
+        "l._guarded_restore_statistics_eager\n"
+        "print(json.dumps(r))"
+    )
+    result = run_snippet(patched_uni_rl_root, body)
+    assert result.pop("compiled") is True
+    _assert_recovered(result, fields)
+
+
+# Checkpoints across versions and devices (patch 0011). ``device_rates`` gives the learner
+# the CUDA graph paths' learning rates, 0-d tensors that the schedulers fill in place and
+# captured graphs read (FlashSACLearner._use_device_learning_rates, which the constructor
+# calls on CUDA with manual or whole-iteration graphs); on the CPU they are CPU tensors.
+CHECKPOINT = """
+SCHEDULE = dict(learning_rate_init=1e-4, learning_rate_peak=3e-4, learning_rate_end=1.5e-4,
+                learning_rate_warmup_steps=4, learning_rate_decay_steps=40)
+OPTIMIZERS = ("actor_optimizer", "critic_optimizer", "temperature_optimizer")
+
+def make(device_rates=False):
+    l = learner(**SCHEDULE)
+    if device_rates:
+        l._use_device_learning_rates()
+    return l
+
+def cycle(l, i):
+    torch.manual_seed(100 + i)
+    l.update_critic(batch(i)); l.update_actor(batch(i)); l.soft_update_target()
+
+def rates(l):
+    return [float(g["lr"]) for name in OPTIMIZERS for g in getattr(l, name).param_groups]
+
+def rate_types(sd):
+    groups = [g for name in OPTIMIZERS for g in sd[name]["param_groups"]]
+    last = [v for name in ("actor_scheduler", "critic_scheduler") for v in sd[name]["_last_lr"]]
+    return sorted({type(v["lr"]).__name__ for v in groups} | {type(v).__name__ for v in last})
+"""
+
+
+def test_checkpoints_are_portable_between_1_3_2_and_patched(
+    pristine_uni_rl_root: Path, patched_uni_rl_root: Path, tmp_path: Path
+) -> None:
+    """1.3.2 -> patched with device rates -> 1.3.2, and a resumed run equals the uninterrupted one.
+
+    Negative controls: torch's own ``optimizer.load_state_dict`` of the same 1.3.2
+    checkpoint replaces the device rate with a float (the defect), and the optimizer's raw
+    ``state_dict()`` of a device-rate learner holds tensors where 1.3.2 saves floats.
+    """
+    old, mid, new = (tmp_path / name for name in ("unilab_rl_1_3_2.pt", "mid.pt", "patched.pt"))
+    saved_old = run_snippet(pristine_uni_rl_root, CHECKPOINT + f"""
+l = make()
+for i in range(3):
+    cycle(l, i)
+torch.save(l.get_state_dict(), {str(old)!r})
+print(json.dumps({{"rates": rates(l), "types": rate_types(l.get_state_dict())}}))
+""")
+    assert saved_old["types"] == ["float"]
+    patched = run_snippet(patched_uni_rl_root, CHECKPOINT + f"""
+reference = make(device_rates=True)
+for i in range(3):
+    cycle(reference, i)
+torch.save(reference.get_state_dict(), {str(mid)!r})
+cycle(reference, 3)
+resumed = make(device_rates=True)
+resumed.load_state_dict(torch.load({str(mid)!r}, weights_only=True))
+cycle(resumed, 3)
+l = make(device_rates=True)
+tensors = [g["lr"] for name in OPTIMIZERS for g in getattr(l, name).param_groups]
+l.load_state_dict(torch.load({str(old)!r}, weights_only=True))
+after_load = [g["lr"] for name in OPTIMIZERS for g in getattr(l, name).param_groups]
+loaded_rates = rates(l)
+cycle(l, 3)  # the scheduler's next rate must reach the same tensors
+raw = make(device_rates=True)
+raw_tensor = raw.critic_optimizer.param_groups[0]["lr"]
+raw.critic_optimizer.load_state_dict(torch.load({str(old)!r}, weights_only=True)["critic_optimizer"])
+torch.save(l.get_state_dict(), {str(new)!r})
+print(json.dumps({{
+    "kept": len(after_load) == len(tensors) and all(a is b for a, b in zip(after_load, tensors)),
+    "loaded_rates": loaded_rates,
+    "rates_after_step": rates(l),
+    "scheduler_after_step": [float(s.get_last_lr()[0]) for s in
+                             (l.actor_scheduler, l.critic_scheduler, l.temperature_scheduler)],
+    "resumed_equal": same(state(reference), state(resumed), ("actor", "critic", "target_critic", "temperature")),
+    "saved_types": rate_types(l.get_state_dict()),
+    "raw_state_dict_types": sorted({{type(g["lr"]).__name__ for g in l.critic_optimizer.state_dict()["param_groups"]}}),
+    "torch_load_keeps_tensor": raw.critic_optimizer.param_groups[0]["lr"] is raw_tensor,
+}}))
+""")
+    assert patched["kept"] is True
+    assert patched["loaded_rates"] == pytest.approx(saved_old["rates"], rel=1e-6)
+    assert patched["rates_after_step"] == pytest.approx(patched["scheduler_after_step"], rel=1e-6)
+    assert patched["rates_after_step"] != pytest.approx(patched["loaded_rates"])  # the schedule moved
+    assert patched["resumed_equal"] is True
+    assert patched["saved_types"] == ["float"]
+    assert patched["raw_state_dict_types"] == ["Tensor"]  # what a raw save would write
+    assert patched["torch_load_keeps_tensor"] is False  # the defect that 0011 works around
+    back = run_snippet(pristine_uni_rl_root, CHECKPOINT + f"""
+l = make()
+l.load_state_dict(torch.load({str(new)!r}, weights_only=True))  # CPU tensors and floats only
+loaded = rates(l)
+cycle(l, 4)
+print(json.dumps({{"types": sorted({{type(g["lr"]).__name__ for n in OPTIMIZERS for g in getattr(l, n).param_groups}}),
+                   "loaded": loaded, "finite": all(bool(torch.isfinite(p).all()) for p in l.actor.parameters())}}))
+""")
+    assert back == {"types": ["float"], "loaded": patched["rates_after_step"], "finite": True}
+
+
+def test_checkpoint_keeps_the_loading_learners_optimizer_flags(patched_uni_rl_root: Path) -> None:
+    """A checkpoint's fused/capturable flags (another device's) do not replace the learner's own.
+
+    The checkpoint is a real CPU learner's, with its param groups marked as a CUDA learner
+    writes them (fused, capturable); loaded into a CPU learner, the groups stay the CPU
+    learner's and it keeps training. Negative control: torch's plain load takes the flags.
+    """
+    result = run_snippet(patched_uni_rl_root, CHECKPOINT + """
+import copy
+source = make()
+cycle(source, 0)
+sd = source.get_state_dict()
+for name in OPTIMIZERS:
+    for group in sd[name]["param_groups"]:
+        group.update(fused=True, capturable=True)
+l = make()
+own = [{k: g[k] for k in ("foreach", "fused", "capturable", "differentiable")} for g in l.critic_optimizer.param_groups]
+l.load_state_dict(copy.deepcopy(sd))
+kept = [{k: g[k] for k in ("foreach", "fused", "capturable", "differentiable")} for g in l.critic_optimizer.param_groups]
+cycle(l, 1)
+plain = make()
+plain.critic_optimizer.load_state_dict(copy.deepcopy(sd)["critic_optimizer"])
+print(json.dumps({"kept": kept == own, "trained": all(bool(torch.isfinite(p).all()) for p in l.critic.parameters()),
+                  "plain_takes_flags": plain.critic_optimizer.param_groups[0]["capturable"]}))
+""")
+    assert result == {"kept": True, "trained": True, "plain_takes_flags": True}
 
 
 def test_warm_up_restores_every_piece_of_state(patched_uni_rl_root: Path) -> None:
@@ -526,7 +759,8 @@ def test_full_objective_compile_matches_eager_on_cpu(
     assert compiled["graphs_compiled_total"] >= 2
     assert compiled["graphs_compiled_after_warm_up"] == 0
 
-    checks = vn.compare_configurations(results, iterations)
+    checks, measurements = vn.compare_configurations(results, iterations)
+    assert "tier_b_amplification_floor" in measurements and "tier_b_amplification_floor" not in checks
     check = checks["fp32:full_objective_compile_vs_eager"]
     assert check["passed"] is True, json.dumps(check, default=str)[:3000]
     assert checks["fp32:patched_eager_vs_baseline_eager"]["passed"] is True
@@ -540,3 +774,19 @@ def test_full_objective_compile_matches_eager_on_cpu(
     assert critic["passed"] is False
     assert any("/loss/critic_loss" in failure for failure in critic["failures"])
     assert actor["passed"] is True
+
+    # Negative controls of the other gates, on the same real results: a final state
+    # drifted far beyond the amplification floor fails the drift gate; the baseline's
+    # first critic update with a gradient 1 % off fails the patched-vs-baseline gate.
+    drifted = copy.deepcopy(results)
+    weight = drifted["patched/fp32/full_objective_compile"]["state"]["critic"]
+    name = next(k for k in weight if k.endswith("weight"))
+    weight[name] = weight[name] * 1.5
+    drifted_checks, _ = vn.compare_configurations(drifted, iterations)
+    assert drifted_checks["fp32:full_objective_compile_vs_eager"]["passed"] is False
+    assert drifted_checks["fp32:full_objective_compile_vs_eager"]["first_update"]["passed"] is True
+    moved = copy.deepcopy(results)
+    moments = moved["baseline/fp32/eager"]["snapshots"][vn.FIRST_CRITIC_SNAPSHOT]["critic_optimizer"]["state"]
+    moments[0]["exp_avg"] = moments[0]["exp_avg"] * 1.01
+    moved_checks, _ = vn.compare_configurations(moved, iterations)
+    assert moved_checks["fp32:patched_eager_vs_baseline_eager"]["passed"] is False

@@ -68,8 +68,10 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         chosen = {}
         for name, config in bench_configs.CONFIGS.items():
             if config.source == "overlay":
-                params = compose("config", overrides=list(config.overrides)).algo.algo_params
+                composed = compose("config", overrides=list(config.overrides))
+                params = composed.algo.algo_params
                 chosen[name] = (params[SWITCH], params[inference])
+                assert composed.training.learner_reserved_cpus == (1 if name == "collector-pinned" else 0)
     assert chosen == {
         "eager": (False, False),
         "compile": (False, False),
@@ -77,6 +79,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "iteration-graph": (True, False),
         "iteration-graph-inference": (True, True),
         "patched-default": (True, True),
+        "collector-pinned": (True, True),  # the default learner; only the CPU placement differs
     }
 
 

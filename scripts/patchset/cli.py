@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import applier, signals
+from . import applier, port_report, signals
 from .errors import PatchsetError, os_error_message
 from .manifest import build_manifest, write_manifest
 from .paths import PATCHES_DIR
@@ -27,7 +27,7 @@ def _env_flag(name: str) -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchset", description=__doc__)
-    parser.add_argument("command", choices=["apply", "status", "revert", "manifest", "provenance"])
+    parser.add_argument("command", choices=["apply", "status", "revert", "manifest", "provenance", "port-report"])
     parser.add_argument("--unilab", type=Path, help="UniLab checkout (default: the embedded tree from the sdist)")
     parser.add_argument("--overlay", type=Path,
                         help="overlay directory (default: the one the checkout was applied with, else overlay/)")
@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", default=_env_flag("FORCE"),
                         help="revert even over your edits (saved byte for byte first)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--target", help="port-report: unilab-rl==<version> or unilab==<version> (from PyPI)")
+    parser.add_argument("--output", type=Path, help="port-report: directory of the report (results/port-report)")
     return parser
 
 
@@ -71,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     signals.install()
     try:
         outcome = {"apply": applier.apply, "status": applier.status, "revert": applier.revert,
-                   "manifest": _manifest, "provenance": run_provenance}[args.command](opts)
+                   "manifest": _manifest, "provenance": run_provenance,
+                   "port-report": lambda o: applier.Outcome(*port_report.run(args.target, args.output, o.patches_dir)),
+                   }[args.command](opts)
         text = json.dumps(outcome.data, indent=2, sort_keys=True, default=str) if args.json else "\n".join(outcome.lines)
         print(text, flush=True)
     except PatchsetError as exc:

@@ -9,6 +9,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = PROJECT_ROOT / "VERSIONS.env"
 PATCHES_DIR = PROJECT_ROOT / "patches"
 OVERLAY_DIR = PROJECT_ROOT / "overlay"
+PORT_REPORT_DIR = PROJECT_ROOT / "results" / "port-report"
 STATE_DIRNAME = ".flashsac-overlay"
 
 
