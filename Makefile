@@ -1,25 +1,60 @@
 # FlashSAC patch-set overlay. `make apply` and `make test` do everything on a fresh machine.
 # Variables: UNILAB=<checkout> (default: embedded tree from the pinned sdist), PYTHON=<UniLab interpreter>,
 #            ALLOW_DRIFT=1, ALLOW_OTHER_COMMIT=1, FORCE=1 (revert over your edits, saved byte for byte first).
+# Offline GPU host (README "Offline GPU host"): `make wheelhouse [WHEELHOUSE=wheelhouse] [PYTHON_VERSION=3.12]
+#            [ASSETS=<.tar.xz|folder>]` on a networked machine; there, any target with OFFLINE=<wheelhouse>
+#            [OFFLINE_SITE=work/offline-site] runs on python3 with the verified wheelhouse instead of the venv.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.setup-$(shell sha256sum requirements.txt | cut -c1-16)
-PATCHSET := PYTHONPATH=scripts $(PY) -m patchset
 TARGET_ARGS = $(if $(UNILAB),--unilab "$(UNILAB)") $(if $(PYTHON),--python "$(PYTHON)") $(if $(OVERLAY),--overlay "$(OVERLAY)")
+WHEELHOUSE ?= wheelhouse
+PYTHON_VERSION ?= 3.12
 export ALLOW_DRIFT ALLOW_OTHER_COMMIT FORCE
 
-.PHONY: setup apply status revert provenance manifest port-report test clean
+ifdef OFFLINE
+# No venv and no network: python3 with the wheelhouse's wheels in a private site folder; the pinned sdist/wheel
+# (PATCHSET_CACHE) and the G1 assets come from the wheelhouse, and nothing may reach Hugging Face.
+OFFLINE_SITE ?= work/offline-site
+PYTHON ?= python3
+PY := $(PYTHON)
+export PYTHONPATH := $(abspath $(OFFLINE_SITE))$(if $(PYTHONPATH),:$(PYTHONPATH))
+export PATCHSET_CACHE := $(abspath $(OFFLINE))/pinned
+export HF_HUB_OFFLINE := 1
+export MUJOCO_GL ?= disable
+export WANDB_MODE ?= disabled
+UNILAB_ASSETS ?= $(firstword $(wildcard $(abspath $(OFFLINE))/assets/*.tar.xz))
+endif
 
+# Each long step is named and timed (scripts/make_steps.py); `make apply` ends with the list of its steps.
+STEPS_LOG := $(if $(filter apply,$(MAKECMDGOALS)),work/.make-steps-$(shell date +%s%N).jsonl)
+# pip shows its own progress on a terminal; a log (CI) gets only the steps' lines.
+PIP_OUTPUT ?= $(if $(shell [ -t 2 ] && echo tty),--progress-bar on,--quiet)
+STEP = python3 scripts/make_steps.py run $(if $(STEPS_LOG),--log $(STEPS_LOG))
+PATCHSET := env PYTHONPATH=scripts$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m patchset
+OFFLINE_TOOL := env PYTHONPATH=scripts$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m offline
+
+.PHONY: setup apply status revert provenance manifest port-report test clean wheelhouse
+
+ifdef OFFLINE
+setup:
+	@$(STEP) "verify the wheelhouse $(OFFLINE), install it into $(OFFLINE_SITE)" -- \
+	  $(OFFLINE_TOOL) install "$(OFFLINE)" --site "$(OFFLINE_SITE)"
+else
 setup: $(SETUP_STAMP)
+endif
 
 $(SETUP_STAMP): requirements.txt
-	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@test -x $(PY) || $(STEP) "create the venv $(VENV)" -- python3 -m venv $(VENV)
+	@$(STEP) "install the pinned stack into $(VENV) (pip; minutes the first time)" -- \
+	  $(PY) -m pip install --disable-pip-version-check $(PIP_OUTPUT) -r requirements.txt
 	@rm -f $(VENV)/.setup-* && touch $@
 
 apply: setup
-	$(PATCHSET) apply $(TARGET_ARGS)
+	@$(STEP) "apply the series" -- \
+	  $(PATCHSET) apply $(TARGET_ARGS)
+	@python3 scripts/make_steps.py summary --log $(STEPS_LOG) "make apply"
 
 status: setup
 	$(PATCHSET) status $(TARGET_ARGS) $(if $(JSON),--json)
@@ -34,6 +69,10 @@ provenance: setup
 manifest: setup
 	$(PATCHSET) manifest
 
+# On a networked machine: everything an offline GPU host needs (README "Offline GPU host").
+wheelhouse: setup
+	$(OFFLINE_TOOL) build "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" $(if $(ASSETS),--assets "$(ASSETS)")
+
 # The series tried on an upstream release from PyPI: TARGET=unilab-rl==<version> or TARGET=unilab==<version>.
 port-report: setup
 	$(PATCHSET) port-report --target "$(TARGET)" $(if $(OUTPUT),--output "$(OUTPUT)")
@@ -45,3 +84,6 @@ clean:
 	rm -rf .cache work overlay/uni_rl overlay/unisim overlay/MANIFEST.json
 
 -include experiments/Makefile.bench.mk
+ifdef OFFLINE
+bench bench-parity: setup
+endif

@@ -16,7 +16,7 @@
 #           make variables of each (e.g. 'SETTING=report SCHEDULES=2 CONFIGS=baseline-1.3.2,patched-default');
 #           GPUn_CHECKS=1 runs validate_numerics.py --mode gpu after that GPU's bench, on its cores. Run it alone.
 #
-# Prepare and carry as for device_bench.sh (.whl .assets overlay/uni_rl overlay/MANIFEST.json work), and
+# Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
 # Environment: BUDGET_S; checks: SEEDS (1 2 3), PARITY_ITERATIONS (1000), REPLAY_ITERATIONS (1000);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
@@ -27,13 +27,14 @@ work=/tmp/evidence
 rm -rf "$work" && mkdir -p "$work"
 trap 'tar czf "$OUT/evidence.tgz" -C "$work" .' EXIT
 bash experiments/device_bench.sh install || exit 1
-export PYTHONPATH=/tmp/site MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled PYTHONUNBUFFERED=1
+export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
+  PYTHONUNBUFFERED=1
 # The warm-up's compile artifacts (uni_rl 0013) go into the archive; a carried .compile-cache/ (an earlier
 # call's, same GPU and torch) is loaded first, as a user copies them to a new machine.
 export FLASHSAC_COMPILE_CACHE_DIR=$work/compile-cache
 mkdir -p "$FLASHSAC_COMPILE_CACHE_DIR"
 [ -d .compile-cache ] && cp .compile-cache/* "$FLASHSAC_COMPILE_CACHE_DIR"/ 2>/dev/null
-assets=.assets/unilab-1.3.2-g1-assets.tar.xz
+assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
 { date -u; nproc; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
   >"$work/machine.txt" 2>&1
 # Seed the G1 assets once, before parallel invocations would each try to.

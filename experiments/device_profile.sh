@@ -4,19 +4,21 @@
 # (taskset), recorded with py-spy (all processes: learner and collector) in raw (collapsed-stack) format.
 # Profiled runs are for *where* time goes, not for speed figures (sampling costs a little); their run JSONs
 # are kept beside the profiles. Everything is packed into $OUT/profile.tgz (the device returns few files).
-# Carry as for device_bench.sh (.whl with a py-spy wheel, .assets, overlay/uni_rl, overlay/MANIFEST.json, work).
+# Carry as for device_bench.sh (.whl, overlay/uni_rl, overlay/MANIFEST.json, work); the wheelhouse brings py-spy.
 # Environment: ITERATIONS (300), CONFIG (patched-default), RATE (py-spy samples/s, 100), BUDGET_S (540).
 set -uo pipefail
 work=/tmp/profile
 rm -rf "$work" && mkdir -p "$work"
 trap 'tar czf "$OUT/profile.tgz" -C "$work" .' EXIT
 bash experiments/device_bench.sh install || exit 1
-export PYTHONPATH=/tmp/site MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled PYTHONUNBUFFERED=1
+site=${OFFLINE_SITE:-/tmp/flashsac-site}
+assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
+export PYTHONPATH=$site MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled PYTHONUNBUFFERED=1
 { date -u; nproc; lscpu | head -20; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
   >"$work/machine.txt" 2>&1
 python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments'); import bench_env; \
-print(bench_env.ensure_assets(Path('work/unilab-1.3.2').resolve(), Path('.assets/unilab-1.3.2-g1-assets.tar.xz')))" || exit 1
-spy=/tmp/site/bin/py-spy
+print(bench_env.ensure_assets(Path('work/unilab-1.3.2').resolve(), Path('$assets')))" || exit 1
+spy=$site/bin/py-spy
 for gpu_setting in 0:report 1:unilab-default; do
   gpu=${gpu_setting%%:*} setting=${gpu_setting##*:}
   cores=$((gpu * 16))-$((gpu * 16 + 15))

@@ -1,0 +1,136 @@
+"""`make wheelhouse`: everything an offline GPU host needs, into one folder, every file sha256-recorded.
+
+Layout: wheels/ (the list, for the host's Python and manylinux x86_64), pinned/ (the pinned UniLab sdist and
+unilab-rl base wheel, which the applier and the bench read through PATCHSET_CACHE), assets/ (one .tar.xz of the
+G1 assets laid out like src/unilab/assets/), wheelhouse.json and SHA256SUMS. It is built in a temporary sibling folder and
+renamed into place, so a failed build leaves the previous wheelhouse as it was.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from patchset.errors import PatchsetError
+from patchset.fetch import pinned_artifact
+from patchset.pins import load_pins
+
+from . import OfflineError, assets, manifest
+from .wheellist import Entry, canonical, check_agreement, read_wheel_list
+
+#: The GPU host's platform: x86_64 Linux; pip picks the newest manylinux wheel each project offers among these.
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64")
+PINNED_FILES = (("UNILAB_SDIST", "UNILAB_SDIST_SHA256"), ("UNILAB_RL_BASE_WHEEL", "UNILAB_RL_BASE_WHEEL_SHA256"))
+
+
+def python_version(text: str) -> str:
+    """'3.12' from '3.12' or '3.12.7' (images export PYTHON_VERSION with the patch level)."""
+    match = re.fullmatch(r"(3)\.(\d+)(?:\.\d+)?", text.strip())
+    if not match:
+        raise OfflineError(f"PYTHON_VERSION={text!r}: expected 3.X (the GPU host's Python, e.g. 3.12)")
+    return f"{match.group(1)}.{match.group(2)}"
+
+
+def _pip(args: list[str], what: str) -> None:
+    print(f"[wheelhouse] {what}", flush=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", *args, "--disable-pip-version-check"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    if proc.returncode != 0:
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        reason = next((line for line in reversed(lines) if "ERROR" in line), lines[-1] if lines else "no output")
+        raise OfflineError(f"pip could not {what} (exit {proc.returncode}): {reason.strip()}")
+
+
+def _wheel_key(filename: str) -> tuple[str, str, str]:
+    """(normalized name, version, tags) of a wheel filename."""
+    parts = filename[: -len(".whl")].split("-")
+    return canonical(parts[0]), parts[1], "-".join(parts[-3:])
+
+
+def fetch_wheels(entries: list[Entry], dest: Path, version: str) -> list[str]:
+    """Download (binary only, host-tagged) or build (source-only, must be pure) every entry; returns the files."""
+    dest.mkdir(parents=True)
+    binary = [e.spec for e in entries if not e.from_sdist]
+    source = [e.spec for e in entries if e.from_sdist]
+    platforms = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
+    if binary:
+        _pip(["download", "--no-deps", "--only-binary=:all:", "--python-version", version, "--implementation",
+              "cp", *platforms, "--dest", str(dest), *binary], f"download {len(binary)} wheels for CPython {version}")
+    if source:
+        _pip(["wheel", "--no-deps", "--wheel-dir", str(dest), *source], f"build {', '.join(source)} from source")
+    files = sorted(p.name for p in dest.iterdir())
+    by_key = {_wheel_key(f)[:2]: f for f in files if f.endswith(".whl")}
+    for entry in entries:
+        name = by_key.get((entry.key, entry.version))
+        if name is None:
+            raise OfflineError(f"pip produced no wheel for {entry.spec} in {dest}")
+        if entry.from_sdist and not _wheel_key(name)[2].endswith("-none-any"):
+            raise OfflineError(f"{name} (built from source) is not pure Python: it would not run on the host")
+    extra = sorted(set(files) - {by_key[(e.key, e.version)] for e in entries})
+    if extra:
+        raise OfflineError(f"pip left files beyond the list in {dest}: {', '.join(extra)}")
+    return files
+
+
+def copy_pinned(dest: Path, pins: dict[str, str]) -> None:
+    """The pinned UniLab sdist and unilab-rl base wheel, through the applier's verified cache/download."""
+    dest.mkdir(parents=True)
+    for name_key, sha_key in PINNED_FILES:
+        try:
+            verified = pinned_artifact(pins[name_key], pins[sha_key])
+        except PatchsetError as exc:
+            raise OfflineError(str(exc)) from exc
+        shutil.copy2(verified, dest / pins[name_key])
+
+
+def _replace(built: Path, dest: Path) -> None:
+    """Rename the finished build into place; an existing dest must itself be a wheelhouse (or empty)."""
+    if dest.exists():
+        if dest.is_dir() and any(dest.iterdir()) and not (dest / manifest.MANIFEST).is_file():
+            raise OfflineError(f"{dest} exists and is not a wheelhouse: remove it or choose another WHEELHOUSE=")
+        if dest.is_dir():
+            shutil.rmtree(dest)
+        else:
+            dest.unlink()
+    built.rename(dest)
+
+
+def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path | None = None) -> list[str]:
+    """Build the wheelhouse at dest; returns the lines to print."""
+    version = python_version(version)
+    pins = load_pins()
+    entries = read_wheel_list(wheel_list) if wheel_list else read_wheel_list()
+    if wheel_list is None:
+        check_agreement(entries, pins)
+    dest = dest.resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{dest.name}-building-", dir=dest.parent) as tmp:
+        work = Path(tmp) / "wheelhouse"
+        work.mkdir()
+        print("[wheelhouse] G1 assets" + (f" from {assets_source}" if assets_source else " from Hugging Face"),
+              flush=True)
+        asset_source, asset_files = assets.collect(
+            work / assets.FOLDER / assets.archive_name(pins["UNILAB_VERSION"]), assets_source)
+        wheels = fetch_wheels(entries, work / "wheels", version)
+        copy_pinned(work / "pinned", pins)
+        digest = manifest.write(work, {
+            "python_version": version,
+            "platforms": list(PLATFORMS),
+            "wheel_list": [e.spec for e in entries],
+            "assets_source": asset_source,
+            "unilab_version": pins["UNILAB_VERSION"],
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        })
+        size = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
+        _replace(work, dest)
+    return [
+        f"wheelhouse {dest}: {len(wheels)} wheels for CPython {version}, {asset_files} G1 asset files, "
+        f"{len(PINNED_FILES)} pinned files, {size / 2**20:.1f} MiB",
+        f"{manifest.MANIFEST} sha256 {digest} (compare it on the GPU host: `make bench OFFLINE=...` prints it)",
+    ]

@@ -1,0 +1,45 @@
+"""`python -m offline build|verify|install`: thin command line over build.py and host.py, one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import OfflineError, build, host, manifest
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="offline", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="on a networked machine: download/build the wheelhouse")
+    b.add_argument("wheelhouse", type=Path)
+    b.add_argument("--python-version", default="3.12", help="the GPU host's Python (default 3.12)")
+    b.add_argument("--assets", type=Path, help="G1 assets: .tar.xz or folder laid out like src/unilab/assets/ "
+                                               "(default: UniLab's own Hugging Face download)")
+    b.add_argument("--wheel-list", type=Path, help="another list than scripts/offline/gpu-host-wheels.txt "
+                                                   "(not checked against VERSIONS.env)")
+    v = sub.add_parser("verify", help="check every sha256 of a wheelhouse")
+    v.add_argument("wheelhouse", type=Path)
+    i = sub.add_parser("install", help="on the GPU host: verify, then install into a private site folder")
+    i.add_argument("wheelhouse", type=Path)
+    i.add_argument("--site", type=Path, required=True)
+    i.add_argument("--wheel-list", type=Path, help="the list the wheelhouse was built from, if not the project's")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "build":
+            lines = build.build(args.wheelhouse, args.python_version, args.assets, args.wheel_list)
+        elif args.command == "verify":
+            record = manifest.verify(args.wheelhouse)
+            lines = [f"wheelhouse {args.wheelhouse}: {len(record['files'])} files verified"]
+        else:
+            lines = host.install(args.wheelhouse.resolve(), args.site.resolve(), args.wheel_list)
+    except OfflineError as exc:
+        print(f"offline {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0

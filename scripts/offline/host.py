@@ -1,0 +1,79 @@
+"""On the offline GPU host: verify the wheelhouse, install its wheels into a private site folder, check imports.
+
+Nothing is installed before every sha256 matched. The site folder is private (put on PYTHONPATH by the Makefile,
+never the host's own site-packages) and stamped with the manifest's sha256 and the Python version, so later calls
+skip the install and several parallel bench invocations share one install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import OfflineError, manifest
+from .wheellist import read_wheel_list
+
+STAMP = ".wheelhouse-installed"
+#: What a bench run imports from the wheelhouse or the host: a module the host lacks is named before a run starts.
+IMPORT_CHECK = ("torch", "numpy", "unilab", "uni_rl", "mujoco", "hydra", "tensordict", "git", "unidiff")
+
+
+def _check_for_host(record: dict, wheel_list: Path | None) -> None:
+    """This interpreter runs the wheels; the wheelhouse must be built for it and from the current list."""
+    have = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if record.get("python_version") != have:
+        raise OfflineError(f"the wheelhouse is for Python {record.get('python_version')}, {sys.executable} is "
+                           f"{have}: rebuild it with `make wheelhouse PYTHON_VERSION={have}`")
+    entries = read_wheel_list(wheel_list) if wheel_list else read_wheel_list()
+    listed = [e.spec for e in entries]
+    if record.get("wheel_list") != listed:
+        changed = sorted(set(listed) ^ set(record.get("wheel_list") or []))
+        raise OfflineError(f"the wheelhouse was built from another wheel list (differs in {', '.join(changed[:4])}"
+                           f"{' ...' if len(changed) > 4 else ''}): rebuild it with `make wheelhouse`")
+
+
+def _import_check(site: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+    code = "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)\n"
+    proc = subprocess.run([sys.executable, "-c", code, *IMPORT_CHECK], env=env, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise OfflineError(f"with the wheelhouse installed, {sys.executable} still fails to import the stack "
+                           f"({last}): the host must provide it (or add it to scripts/offline/gpu-host-wheels.txt "
+                           f"and rebuild the wheelhouse)")
+
+
+def install(wheelhouse: Path, site: Path, wheel_list: Path | None = None) -> list[str]:
+    """Verify, then install into site unless it already holds this wheelhouse; returns the lines to print."""
+    record = manifest.verify(wheelhouse)
+    digest = manifest.file_sha256(wheelhouse / manifest.MANIFEST)
+    _check_for_host(record, wheel_list)
+    verified = f"wheelhouse {wheelhouse}: {len(record['files'])} files verified, {manifest.MANIFEST} sha256 {digest}"
+    stamp = f"{digest} python {sys.version.split()[0]}\n"
+    if (site / STAMP).is_file() and (site / STAMP).read_text(encoding="utf-8") == stamp:
+        return [verified, f"site {site}: already installed"]
+    if site.exists() and any(site.iterdir()) and not (site / STAMP).is_file():
+        raise OfflineError(f"{site} exists and was not made from a wheelhouse: remove it or choose another "
+                           f"OFFLINE_SITE=")
+    wheels = sorted(str(wheelhouse / n) for n in record["files"] if n.startswith("wheels/") and n.endswith(".whl"))
+    site.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{site.name}-installing-", dir=site.parent) as tmp:
+        staged = Path(tmp) / "site"
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
+             "--disable-pip-version-check", "--quiet", "--target", str(staged), *wheels],
+            capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
+            raise OfflineError(f"pip could not install the wheelhouse into {site} (exit {proc.returncode}): {last}")
+        _import_check(staged)
+        (staged / STAMP).write_text(stamp, encoding="utf-8")
+        if site.exists():
+            shutil.rmtree(site)
+        staged.rename(site)
+    return [verified, f"site {site}: installed {len(wheels)} wheels (put it on PYTHONPATH)"]

@@ -1,0 +1,42 @@
+"""The named, timed steps of `make setup` / `make apply` (scripts/make_steps.py): each step says what it does and
+how long it took, a failing step keeps its exit code, and `make apply` ends with the list of its steps."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from test_offline import PROJECT, make
+
+
+def steps(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(PROJECT / "scripts" / "make_steps.py"), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_steps_are_named_timed_and_summarized(tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    ok = steps("run", "--log", str(log), "say hello", "--", sys.executable, "-c", "print('hello')")
+    assert ok.returncode == 0
+    assert ok.stdout.splitlines()[:2] == ["==> say hello", "hello"]
+    assert ok.stdout.splitlines()[2].startswith("<== say hello: done in ")
+    summary = steps("summary", "--log", str(log), "make apply")
+    assert summary.stdout.startswith("make apply: done in ") and "say hello" in summary.stdout
+    assert not log.exists()
+    # negative control: a failing step keeps its exit code and reports what ran so far
+    steps("run", "--log", str(log), "first", "--", sys.executable, "-c", "pass")
+    bad = steps("run", "--log", str(log), "second", "--", sys.executable, "-c", "raise SystemExit(7)")
+    assert bad.returncode == 7 and "<== second: FAILED (exit 7)" in bad.stdout
+    assert "steps so far: FAILED" in bad.stdout and "(exit 7)" in bad.stdout.splitlines()[-1]
+
+
+def test_make_apply_ends_with_its_steps(checkout: Path, overlay: Path) -> None:
+    proc = make("apply", f"UNILAB={checkout}", f"OVERLAY={overlay}")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert "==> apply the series" in out
+    assert any(line.startswith("applied ") for line in out)
+    tail = out[out.index(next(line for line in out if line.startswith("make apply: done in "))):]
+    assert any(line.strip().startswith("apply the series") for line in tail[1:])
+    assert not list((PROJECT / "work").glob(".make-steps-*.jsonl"))
