@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """README's result tables, generated from the committed run JSONs (never typed by hand).
 
-A block in README.md is delimited by ``<!-- table:KIND:FOLDER -->`` and ``<!-- /table -->``, where KIND is a
+A block in README.md (or a results folder's README.md) is delimited by ``<!-- table:KIND:FOLDER -->`` and ``<!-- /table -->``, where KIND is a
 table of ``bench_report`` (``throughput``, ``timings``, ``pace``) and FOLDER a results folder relative to
-the project root. ``python experiments/readme_tables.py`` rewrites every block from its folder;
-``--check`` exits 1, naming the first stale block, when README and results disagree (the test suite runs it).
+the project root. ``python experiments/readme_tables.py`` rewrites every block of every such document from its folder;
+``--check`` exits 1, naming the first stale block, when a document and results disagree (the test suite runs it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_report  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
-README = PROJECT / "README.md"
 TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
     "throughput": bench_report.throughput_table,
     "timings": bench_report.summary_table,
@@ -50,21 +49,26 @@ def stale_blocks(text: str, root: Path = PROJECT) -> list[str]:
     return [f"{m['kind']}:{m['folder']}" for m in BLOCK.finditer(text) if m["body"] != render(m["kind"], m["folder"], root)]
 
 
+def documents(root: Path = PROJECT) -> list[Path]:
+    """The project README and every results folder's README: where generated tables may live."""
+    return [root / "README.md", *sorted((root / "results").glob("*/README.md"))]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when a block is stale")
-    parser.add_argument("--readme", type=Path, default=README)
     args = parser.parse_args(argv)
-    text = args.readme.read_text(encoding="utf-8")
     try:
-        if args.check:
+        for doc in documents():
+            text = doc.read_text(encoding="utf-8")
+            if not args.check:
+                doc.write_text(regenerate(text), encoding="utf-8")
+                continue
             stale = stale_blocks(text)
             if stale:
-                print(f"readme_tables: {args.readme.name} disagrees with results/ in {stale[0]} "
+                print(f"readme_tables: {doc.relative_to(PROJECT)} disagrees with results/ in {stale[0]} "
                       "(run `python experiments/readme_tables.py`)", file=sys.stderr)
                 return 1
-            return 0
-        args.readme.write_text(regenerate(text), encoding="utf-8")
     except ValueError as exc:
         print(f"readme_tables: error: {exc}", file=sys.stderr)
         return 1
