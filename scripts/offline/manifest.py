@@ -5,24 +5,17 @@ to say the same, then hashes every file: a missing or altered file is refused be
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+from patchset.fetch import file_sha256
 
 from . import OfflineError
 
 MANIFEST = "wheelhouse.json"
 SUMS = "SHA256SUMS"
 FORMAT = 1
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def render_sums(files: dict[str, str]) -> str:
