@@ -1,7 +1,7 @@
 # Benchmark targets; included by the main Makefile (-include experiments/Makefile.bench.mk).
 #
 #   make bench [QUICK=1] [UNILAB=<tree>] [PYTHON=<UniLab interpreter>] [ITERATIONS=1000] [SUMMARY_LAST=500]
-#              [SETTING=report|unilab-default|report,unilab-default] [SCHEDULES=2,8] [CONFIGS=baseline-1.3.2,eager,...] [REPEATS=1] [UNILAB_ASSETS=<dir|.tar.xz>]
+#              [SETTING=report|unilab-default|report,unilab-default] [SIM=mujoco|mjwarp|mujoco,mjwarp] [SCHEDULES=2,8] [CONFIGS=baseline-1.3.2,eager,...] [REPEATS=1] [UNILAB_ASSETS=<dir|.tar.xz>]
 #              [APPLY=1] [SKIP_VERIFY=1] [TIMEOUT_S=<per run>]
 #              [NO_CHECKS=1 | CHECK_NUMERICS='<cmd>' CHECK_REPLAY='<cmd>' | CHECKS_JSON=<file>] [BENCH_ARGS=...]
 #   make bench-parity [QUICK=1] [SEEDS=1,2,3] [ITERATIONS=1000] ...
@@ -34,7 +34,7 @@ endif
 bench:
 	$(BENCH_PY) experiments/bench_matrix.py $(BENCH_COMMON) \
 	  $(if $(SUMMARY_LAST),--summary-last $(SUMMARY_LAST)) $(if $(SCHEDULES),--schedules $(SCHEDULES)) \
-	  $(if $(SETTING),--settings $(SETTING)) \
+	  $(if $(SETTING),--settings $(SETTING)) $(if $(SIM),--sims $(SIM)) \
 	  $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(APPLY),--apply) \
 	  $(if $(CHECK_NUMERICS),--check 'numerics=$(CHECK_NUMERICS)') \
 	  $(if $(CHECK_REPLAY),--check 'replay-stability=$(CHECK_REPLAY)') \

@@ -157,6 +157,7 @@ class RunSpec:
     updates_per_step: int | None
     setting: str = "report"
     seed: int | None = None
+    sim: str = "mujoco"
     extra: list[str] = field(default_factory=list)
 
 
@@ -180,7 +181,7 @@ def single_run_argv(
 ) -> list[str]:
     """Command line of the single-run script for one planned run."""
     argv = [sys.executable, str(SINGLE_RUN), *common, "--config", spec.config, "--setting", spec.setting,
-            "--output", str(output), "--run-dir", str(run_dir)]
+            "--backend", spec.sim, "--output", str(output), "--run-dir", str(run_dir)]
     if spec.updates_per_step is not None:
         argv += ["--updates-per-step", str(spec.updates_per_step)]
     if spec.seed is not None:
@@ -193,7 +194,7 @@ def ensure_record(output: Path, spec: RunSpec, schedule_label: str, code: int) -
     if output.exists():
         return
     output.write_text(json.dumps({
-        "status": "failed", "returncode": code, "config": spec.config, "setting": spec.setting,
+        "status": "failed", "returncode": code, "config": spec.config, "setting": spec.setting, "backend": spec.sim,
         "training_config": {"schedule": schedule_label, "updates_per_step": spec.updates_per_step, "seed": spec.seed},
         "error": f"the single-run script exited {code} before writing its JSON (see the log above)",
     }, indent=2) + "\n", encoding="utf-8")

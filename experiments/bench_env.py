@@ -8,6 +8,8 @@ on a CPU-only machine.
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import os
 import shutil
@@ -21,7 +23,7 @@ from typing import Any
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR / "scripts"))
-from patchset.pins import load_pins  # noqa: E402
+from patchset.pins import GPU_PHYSICS_PINS, load_pins  # noqa: E402
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent
 HOOK_DIR = EXPERIMENTS_DIR / "bench_child"
@@ -41,6 +43,10 @@ PINNED_DISTRIBUTIONS = {
     "MUJOCO_VERSION": "mujoco",
     "TORCH_VERSION": "torch",
 }
+#: The same for UniLab's mjwarp extra: compared only for runs on MJWarp (a MuJoCo run does not need it).
+MJWARP_DISTRIBUTIONS = {key: dist for dist, key in GPU_PHYSICS_PINS.items()}
+#: Physics backends the benchmark runs: the collector's CPU MuJoCo, or MuJoCo Warp on the GPU.
+SIMS = ("mujoco", "mjwarp")
 
 
 class BenchSetupError(RuntimeError):
@@ -65,14 +71,22 @@ def runtime_drift(pins: dict[str, str], torch_version: str, device: str | None) 
     }
 
 
-def version_drift(found: dict[str, str | None], pins: dict[str, str]) -> dict[str, dict[str, str | None]]:
+def require_sim(sim: str) -> None:
+    """MJWarp runs need UniLab's mjwarp extra importable here; say so before any GPU minute is spent."""
+    if sim == "mjwarp" and any(importlib.util.find_spec(m) is None for m in ("mujoco_warp", "warp")):
+        raise BenchSetupError("SIM=mjwarp needs mujoco-warp and warp-lang (VERSIONS.env MUJOCO_WARP_VERSION, "
+                              "WARP_LANG_VERSION; `make setup` installs them, the offline wheelhouse carries them)")
+
+
+def version_drift(found: dict[str, str | None], pins: dict[str, str], *, sim: str = "mujoco") -> dict[str, dict[str, str | None]]:
     """Distributions whose installed version differs from the pin (e.g. the GPU machine's torch).
 
     Recorded, not fatal: the lent machine has its own torch, and the report must say so
     next to the numbers rather than refuse to produce them.
     """
     drift: dict[str, dict[str, str | None]] = {}
-    for key, dist in PINNED_DISTRIBUTIONS.items():
+    compared = {**PINNED_DISTRIBUTIONS, **(MJWARP_DISTRIBUTIONS if sim == "mjwarp" else {})}
+    for key, dist in compared.items():
         if key not in pins:
             continue
         have = found.get(dist)

@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedules", type=_csv_ints,
                    help="updates_per_step values of the settings that take a schedule (report; default: 2,8 = "
                         "2/1/1 and 8/4/4); unilab-default always trains at the tree's own schedule (8/4/4)")
+    p.add_argument("--sims", type=_csv, default=["mujoco"],
+                   help=f"physics backends, alternated innermost with the configurations (known: "
+                        f"{','.join(bench_env.SIMS)}; default: mujoco)")
     p.add_argument("--configs", type=_csv, default=list(bench_configs.MATRIX_CONFIGS),
                    help=f"configurations (default: {','.join(bench_configs.MATRIX_CONFIGS)})")
     p.add_argument("--repeats", type=int, default=1, help="rounds over the whole matrix")
@@ -81,16 +84,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def plan(
     configs: Sequence[str], settings: Sequence[str], repeats: int, schedules: Sequence[int] | None = None,
+    sims: Sequence[str] = ("mujoco",),
 ) -> list[bench_driver.RunSpec]:
-    """Alternating order: configurations innermost, then schedule, then setting; reversed on odd rounds."""
+    """Alternating order: configurations × physics innermost, then schedule, then setting; reversed on odd rounds.
+
+    The references (1.3.2, 1.4.0) are runs of what users have without us, on CPU MuJoCo only.
+    """
     runs: list[bench_driver.RunSpec] = []
     for round_index in range(repeats):
-        order = list(configs) if round_index % 2 == 0 else list(reversed(configs))
+        pairs = [(c, sim) for c in configs for sim in sims
+                 if sim == "mujoco" or not bench_configs.CONFIGS[c].reference]
+        order = pairs if round_index % 2 == 0 else list(reversed(pairs))
         for name in settings:
             setting = bench_configs.SETTINGS[name]
             chosen = setting.schedules if None in setting.schedules or schedules is None else tuple(schedules)
             for ups in chosen:
-                runs.extend(bench_driver.RunSpec(config=c, updates_per_step=ups, setting=name) for c in order)
+                runs.extend(bench_driver.RunSpec(config=c, updates_per_step=ups, setting=name, sim=sim)
+                            for c, sim in order)
     return runs
 
 
@@ -133,6 +143,11 @@ def prepare(args: argparse.Namespace) -> tuple[dict, Path, list[str], Path | Non
     unknown = [s for s in args.settings if s not in bench_configs.SETTINGS]
     if unknown:
         raise BenchSetupError(f"unknown setting(s) {unknown}; known: {sorted(bench_configs.SETTINGS)}")
+    unknown = [s for s in args.sims if s not in bench_env.SIMS]
+    if unknown:
+        raise BenchSetupError(f"unknown physics {unknown}; known: {list(bench_env.SIMS)}")
+    for sim in args.sims:
+        bench_env.require_sim(sim)
     bench_env.ensure_assets(root, args.assets)
     configs = available_configs(args.configs, root)
     needs_baseline = any(bench_configs.CONFIGS[c].source == "baseline" for c in configs)
@@ -146,7 +161,7 @@ def prepare(args: argparse.Namespace) -> tuple[dict, Path, list[str], Path | Non
 
 def common_args(args: argparse.Namespace, root: Path, baseline: Path | None, checks_json: Path | None) -> list[str]:
     """Options every run of this invocation shares."""
-    common = ["--unilab-root", str(root), "--backend", "mujoco", "--iterations", str(args.iterations),
+    common = ["--unilab-root", str(root), "--iterations", str(args.iterations),
               "--summary-last", str(args.summary_last), "--overlay", str(args.overlay), "--live-panel", args.live_panel]
     if args.pristine_unilab_root is not None:
         common += ["--pristine-unilab-root", str(args.pristine_unilab_root)]
@@ -190,9 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks_json = out / "checks.json"
         checks_json.write_text(args.checks_json.read_text(encoding="utf-8"), encoding="utf-8")
     common = common_args(args, root, baseline, checks_json)
-    specs = plan(configs, args.settings, args.repeats, args.schedules)
+    specs = plan(configs, args.settings, args.repeats, args.schedules, args.sims)
     progress = bench_driver.Progress(total=len(specs))
-    notes = (f"Invocation: {len(specs)} runs ({', '.join(configs)}) × settings {args.settings}"
+    notes = (f"Invocation: {len(specs)} runs ({', '.join(configs)}) × physics {args.sims} × settings {args.settings}"
              f"{' × schedules ' + str(args.schedules) if args.schedules else ''}, "
              f"{args.repeats} round(s), alternating. References (1.3.2, 1.4.0) train on the pristine UniLab tree, "
              f"the patched configurations on the applied one. Inductor cache empty at start (cold start): {cold}. "
@@ -203,10 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"[bench] {len(specs)} runs -> {out}", flush=True)
     for index, spec in enumerate(specs, 1):
         schedule = _schedule_label(spec)
-        stem = f"{index:02d}-{spec.setting}-{spec.config}-{schedule.replace('/', '-')}"
+        sim = "" if spec.sim == "mujoco" else f"-{spec.sim}"
+        stem = f"{index:02d}-{spec.setting}-{spec.config}{sim}-{schedule.replace('/', '-')}"
         output = out / "runs" / f"{stem}.json"
         argv_run = bench_driver.single_run_argv(spec, common=common, output=output, run_dir=logs_root / stem)
-        what = f"{spec.config}, setting {spec.setting}, schedule {schedule}"
+        what = f"{spec.config} on {spec.sim}, setting {spec.setting}, schedule {schedule}"
         code = bench_driver.execute(argv_run, progress, what)
         if code != 0 and bench_configs.CONFIGS[spec.config].reference == "upstream":
             code = bench_driver.retry_cold_reference(argv_run, output, progress, what)

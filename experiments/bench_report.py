@@ -69,9 +69,20 @@ def pooled(runs: Sequence[dict[str, Any]], field: str) -> dict[str, float | int]
     return bench_stats.summarize(values) if values else None
 
 
+#: Suffix of a row whose runs stepped MuJoCo Warp on the GPU (rows without it: CPU MuJoCo, the task's owner).
+_GPU_PHYSICS = " @mjwarp"
+
+
+def run_key(run: dict[str, Any]) -> str:
+    """The run's row: its configuration, marked when its collector ran MuJoCo Warp."""
+    config = str(run.get("config"))
+    return config + _GPU_PHYSICS if run.get("backend") == "mjwarp" else config
+
+
 def _config_order(name: str) -> tuple[int, str]:
     order = list(bench_configs.MATRIX_CONFIGS)
-    return (order.index(name) if name in order else len(order), name)
+    base = name.removesuffix(_GPU_PHYSICS)
+    return (order.index(base) if base in order else len(order), name)
 
 
 def _schedule_order(schedule: str) -> tuple[str, str]:
@@ -87,6 +98,8 @@ def _table_order(key: tuple[str, str]) -> tuple[tuple[str, str], tuple[int, str]
 
 
 def _label(name: str, runs: Sequence[dict[str, Any]]) -> str:
+    if name.endswith(_GPU_PHYSICS) and name.removesuffix(_GPU_PHYSICS) in bench_configs.CONFIGS:
+        return bench_configs.CONFIGS[name.removesuffix(_GPU_PHYSICS)].label + ", MuJoCo Warp GPU physics"
     if name in bench_configs.CONFIGS:
         return bench_configs.CONFIGS[name].label
     return str(runs[0].get("config_label", name)) if runs else name
@@ -96,7 +109,7 @@ def group_runs(runs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dic
     """(configuration, schedule) -> its runs."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in runs:
-        groups.setdefault((str(run.get("config")), _schedule(run)), []).append(run)
+        groups.setdefault((run_key(run), _schedule(run)), []).append(run)
     return groups
 
 

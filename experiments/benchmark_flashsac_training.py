@@ -65,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unilab-root", type=Path,
                    default=Path(os.environ.get("UNILAB", bench_env.DEFAULT_UNILAB_ROOT)),
                    help="UniLab tree with src/unilab/scripts/train_flashsac.py (default: $UNILAB or work/unilab-1.3.2)")
-    p.add_argument("--backend", choices=("mujoco",), default="mujoco",
-                   help="physics backend of the collector (this benchmark is defined on MuJoCo)")
+    p.add_argument("--backend", choices=bench_env.SIMS, default="mujoco",
+                   help="physics of the collector: CPU MuJoCo (the task's own owner) or MuJoCo Warp on the GPU "
+                        "(task g1_walk_flat/mjwarp)")
     p.add_argument("--task", default="g1_walk_flat", help="FlashSAC task config group (default: g1_walk_flat)")
     p.add_argument("--iterations", type=_positive, default=1000)
     p.add_argument("--summary-last", type=_positive, default=500,
@@ -403,6 +404,7 @@ def print_summary(payload: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     """The run itself; raises BenchSetupError for unmet preconditions."""
     parent_device = bench_env.require_cuda()
+    bench_env.require_sim(args.backend)
     config = selected_config(args)
     patched_root = bench_env.require_unilab_root(args.unilab_root)
     on_pristine = config is not None and config.tree == "pristine" and args.pristine_unilab_root is not None
@@ -473,7 +475,7 @@ def run(args: argparse.Namespace) -> int:
             "flashsac_source_expected": str(learner_path / "uni_rl") if learner_path else "installed (not overlay)",
             "flashsac_source_ok": ok_source,
             "unilab_source": meta.get("unilab_source"),
-            "version_drift": bench_env.version_drift(versions, pins) if versions else None,
+            "version_drift": bench_env.version_drift(versions, pins, sim=args.backend) if versions else None,
             "hostname": os.uname().nodename,
         },
         "applied": state,
@@ -506,7 +508,9 @@ def run(args: argparse.Namespace) -> int:
             tc = payload["training_config"]
             envs, ranks = tc.get("num_envs"), tc.get("ranks") or 1
             payload["env_steps_per_s"] = bench_stats.throughput(payload["wall_per_iter_ms"], envs=envs, ranks=ranks) if envs else None
-            payload["physics_floor"] = floor_report(step_cost, run_config, payload["wall_per_iter_ms"], envs)
+            payload["physics_floor"] = (floor_report(step_cost, run_config, payload["wall_per_iter_ms"], envs)
+                                        if args.backend == "mujoco" else
+                                        {"floor_ms": None, "reason": "GPU physics: the CPU mj_step floor does not apply"})
             payload["warmup"] = bench_stats.warmup_report(
                 payload["rows_all"], payload["rows"],
                 first_iteration_wall_s=rows_all[0].get("wall_s"), compile_metrics=end.get("dynamo"),

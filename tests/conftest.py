@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,18 @@ from patchset.pins import load_pins  # noqa: E402
 from patchset.trees import create_embedded_tree, extract_wheel_package  # noqa: E402
 
 CONFIG = "src/unilab/conf/flashsac/config.yaml"
+#: The G1 meshes UniLab would download from Hugging Face: test data beside the project (CI has it there).
+G1_ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.xz"
+
+
+def runnable_tree(source: Path, dest: Path) -> Path:
+    """A copy of a UniLab tree with the G1 meshes unpacked into src/unilab/assets (never committed)."""
+    if not G1_ASSETS.is_file():
+        raise FileNotFoundError(f"G1 assets not found at {G1_ASSETS} (CI provides them at <project>/../shared/assets/)")
+    shutil.copytree(source, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    with tarfile.open(G1_ASSETS) as tar:
+        tar.extractall(dest / "src" / "unilab" / "assets", filter="data")
+    return dest
 
 
 @pytest.fixture(scope="session")

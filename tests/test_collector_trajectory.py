@@ -24,32 +24,20 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import PROJECT
+from conftest import PROJECT, runnable_tree
 
 sys.path.insert(0, str(PROJECT / "experiments"))
 from collector_profile import compare_trajectories  # noqa: E402
 
-ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.xz"
 HARNESS = PROJECT / "experiments" / "collector_profile.py"
 NUM_ENVS = 64
 STEPS = 220
 PERTURB_STEP = 100
-
-
-def runnable_tree(source: Path, dest: Path) -> Path:
-    """A copy of a UniLab tree with the G1 meshes unpacked into src/unilab/assets (never committed)."""
-    if not ASSETS.is_file():
-        raise FileNotFoundError(f"G1 assets not found at {ASSETS} (CI provides them at <project>/../shared/assets/)")
-    shutil.copytree(source, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    with tarfile.open(ASSETS) as tar:
-        tar.extractall(dest / "src" / "unilab" / "assets", filter="data")
-    return dest
 
 
 UNISIM_BACKEND = "unisim/backend/mujoco/backend.py"

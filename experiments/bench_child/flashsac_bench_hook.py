@@ -43,7 +43,7 @@ ENV_TIMINGS = "FLASHSAC_BENCH_TIMINGS"
 _T0 = time.perf_counter()
 _INSTALLED_ATTR = "_flashsac_bench_hook_original"
 #: Distributions whose versions every run records (pins live in VERSIONS.env).
-DISTRIBUTIONS = ("unilab", "unilab-rl", "unisim-core", "mujoco", "torch")
+DISTRIBUTIONS = ("unilab", "unilab-rl", "unisim-core", "mujoco", "torch", "mujoco-warp", "warp-lang")
 
 
 class _Sink:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.paths import PROJECT_ROOT
-from patchset.pins import INSTALLED_PINS
+from patchset.pins import GPU_PHYSICS_PINS, INSTALLED_PINS
 
 from . import OfflineError
 
@@ -73,7 +73,7 @@ def disagreements(entries: list[Entry], pins: dict[str, str], requirements: list
     """Where the list contradicts VERSIONS.env or requirements.txt (empty when they agree)."""
     listed = {e.key: e for e in entries}
     problems = []
-    for dist, key in INSTALLED_PINS.items():
+    for dist, key in {**INSTALLED_PINS, **GPU_PHYSICS_PINS}.items():
         if dist in HOST_PROVIDED or key not in pins:
             continue
         entry = listed.get(canonical(dist))

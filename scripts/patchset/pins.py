@@ -20,6 +20,12 @@ INSTALLED_PINS = {
     "torch": "TORCH_VERSION",
     "mujoco": "MUJOCO_VERSION",
 }
+# the same for UniLab's optional mjwarp extra (GPU physics): pinned, installed by `make setup` and the offline
+# wheelhouse, required only by runs on MuJoCo Warp
+GPU_PHYSICS_PINS = {
+    "mujoco-warp": "MUJOCO_WARP_VERSION",
+    "warp-lang": "WARP_LANG_VERSION",
+}
 
 
 def load_pins(path: Path = VERSIONS_FILE) -> dict[str, str]:
