@@ -31,15 +31,19 @@ import numpy as np
 PHASE_KEYS = ("env_step_total_ms", "apply_action_ms", "step_core_ms", "update_state_ms", "reset_done_ms")
 
 
-def build_env(num_envs: int, seed: int) -> Any:
-    """The collector's env: Hydra config of the tree in the working directory, the registry env factory."""
+def build_env(num_envs: int, seed: int, task: str = "g1_walk_flat/mujoco", extra: tuple[str, ...] = ()) -> Any:
+    """The collector's env: Hydra config of the tree in the working directory, the registry env factory.
+
+    ``task`` picks the physics owner (``g1_walk_flat/mjwarp``: MuJoCo Warp on the GPU); ``extra`` are further
+    Hydra overrides (diagnostics only, e.g. a randomization term switched off to price it).
+    """
     from hydra import compose, initialize_config_dir
 
     from unilab.base.env_factory import make_registry_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
     conf_dir = Path("src/unilab/conf/flashsac").resolve()
-    overrides = [f"algo.num_envs={num_envs}", f"algo.seed={seed}"]
+    overrides = [f"task={task}", f"algo.num_envs={num_envs}", f"algo.seed={seed}", *extra]
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     env_cfg_override = build_offpolicy_env_cfg_override("flashsac", cfg)
@@ -138,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--action-seed", type=int, default=7)
     p.add_argument("--perturb-step", type=int, default=-1,
                    help="trajectory: negate env 0's first action component at this step (a negative control)")
+    p.add_argument("--task", default="g1_walk_flat/mujoco",
+                   help="the task's physics owner (g1_walk_flat/mujoco, or g1_walk_flat/mjwarp on a GPU)")
+    p.add_argument("--override", action="append", default=[], help="a further Hydra override (diagnostics)")
     p.add_argument("--output", type=Path, required=True)
     args = p.parse_args(argv)
     if args.num_envs <= 0 or args.steps <= 0 or not 0 <= args.warmup < args.steps:
@@ -149,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.getcwd()})", file=sys.stderr)
         return 2
 
-    env = build_env(args.num_envs, args.seed)
+    env = build_env(args.num_envs, args.seed, args.task, tuple(args.override))
     actions = action_sequence(args.num_envs, action_dim_of(env), args.steps, args.action_seed)
     if 0 <= args.perturb_step < args.steps:
         actions[args.perturb_step, 0, 0] = -actions[args.perturb_step, 0, 0]
@@ -157,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     if args.mode == "profile":
         result = run_profile(env, actions, args.warmup)
-        result.update(num_envs=args.num_envs, steps=args.steps, warmup=args.warmup, seed=args.seed,
+        result.update(num_envs=args.num_envs, steps=args.steps, warmup=args.warmup, seed=args.seed, task=args.task,
+                      overrides=args.override,
                       unilab_file=__import__("unilab").__file__)
         args.output.write_text(json.dumps(result, indent=1) + "\n")
     else:
