@@ -14,10 +14,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import applier, port_report, signals
+from . import applier, port_report, refresh, scratch, signals
 from .errors import PatchsetError, os_error_message
 from .manifest import build_manifest, write_manifest
-from .paths import PATCHES_DIR
+from .paths import EDIT_DIR, PATCHES_DIR
 from .provenance_check import run_provenance
 
 
@@ -27,7 +27,8 @@ def _env_flag(name: str) -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="patchset", description=__doc__)
-    parser.add_argument("command", choices=["apply", "status", "revert", "manifest", "provenance", "port-report"])
+    parser.add_argument("command", choices=["apply", "status", "revert", "manifest", "provenance", "port-report",
+                                                "edit", "refresh"])
     parser.add_argument("--unilab", type=Path, help="UniLab checkout (default: the embedded tree from the sdist)")
     parser.add_argument("--overlay", type=Path,
                         help="overlay directory (default: the one the checkout was applied with, else overlay/)")
@@ -44,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--target", help="port-report: unilab-rl==<version> or unilab==<version> (from PyPI)")
     parser.add_argument("--output", type=Path, help="port-report: directory of the report (results/port-report)")
+    parser.add_argument("--dir", type=Path, default=EDIT_DIR,
+                        help="edit/refresh: the scratch git repository of the series (default work/series-edit)")
     return parser
 
 
@@ -64,6 +67,18 @@ def _manifest(opts: applier.Options) -> applier.Outcome:
     return applier.Outcome([f"wrote {opts.patches_dir / 'MANIFEST.json'}: {len(series.patches)} patches, {touched} files"])
 
 
+def _scratch_trees(opts: applier.Options) -> dict[str, scratch.Files]:
+    return scratch.pristine_trees(opts.sdist, {"uni_rl": opts.wheel, "unisim": opts.unisim_sdist})
+
+
+def _edit(opts: applier.Options, where: Path) -> applier.Outcome:
+    return applier.Outcome(scratch.export(opts.patches_dir, where.resolve(), _scratch_trees(opts)))
+
+
+def _refresh(opts: applier.Options, where: Path) -> applier.Outcome:
+    return applier.Outcome(refresh.refresh(where, opts.patches_dir, _scratch_trees(opts)))
+
+
 def _fail(command: str, message: str, code: int) -> int:
     print(f"patchset {command}: error: {' '.join(message.split())}", file=sys.stderr)
     return code
@@ -77,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome = {"apply": applier.apply, "status": applier.status, "revert": applier.revert,
                    "manifest": _manifest, "provenance": run_provenance,
                    "port-report": lambda o: applier.Outcome(*port_report.run(args.target, args.output, o.patches_dir)),
+                   "edit": lambda o: _edit(o, args.dir), "refresh": lambda o: _refresh(o, args.dir),
                    }[args.command](opts)
         text = json.dumps(outcome.data, indent=2, sort_keys=True, default=str) if args.json else "\n".join(outcome.lines)
         print(text, flush=True)

@@ -10,6 +10,7 @@ VERSIONS_FILE = PROJECT_ROOT / "VERSIONS.env"
 PATCHES_DIR = PROJECT_ROOT / "patches"
 OVERLAY_DIR = PROJECT_ROOT / "overlay"
 PORT_REPORT_DIR = PROJECT_ROOT / "results" / "port-report"
+EDIT_DIR = PROJECT_ROOT / "work" / "series-edit"  # patchset edit / refresh: the scratch repository of the series
 STATE_DIRNAME = ".flashsac-overlay"
 
 

@@ -1,0 +1,118 @@
+"""Every prefix of the series is a working tree, and the split of uni_rl 0003/0007 changed no applied byte.
+
+For each k, the first k patches are planned exactly over the pristine pinned trees; each distinct uni_rl (and
+unisim) prefix is written out and, in a child process forked from one interpreter that imported torch once
+(cheap), its patched modules are imported and the learner's CPU smoke test runs (critic, actor and target
+updates give finite metrics). tests/data/split-0003-0007.json records the fully applied trees of the series
+the split replaced; the split patches must give exactly those trees, and dropping any one of them must not.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PROJECT
+from series_images import applied_trees
+from patchset.overlay import build
+from patchset.scratch import pristine_trees
+from patchset.series import load_series
+
+RECORD = json.loads((PROJECT / "tests" / "data" / "split-0003-0007.json").read_text())
+
+# Runs in a child per prefix root: imports and the smoke test; prints one line "<root> ok|error".
+CHILD = r"""
+import importlib, math, os, sys, pkgutil
+import torch
+roots = sys.argv[1:]
+for root in roots:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sys.path.insert(0, root)
+            import uni_rl, unisim
+            assert uni_rl.__file__.startswith(root) and unisim.__file__.startswith(root)
+            for mod in ("uni_rl.algos.flash_sac.learner", "uni_rl.algos.flash_sac.double_buffer",
+                        "uni_rl.offpolicy.double_buffer_runner", "uni_rl.algos.common.normalization",
+                        "unisim.backend.mujoco.backend"):
+                importlib.import_module(mod)
+            for extra in ("uni_rl.algos.common.deferred_metrics", "uni_rl.algos.common.update_schedule"):
+                if os.path.exists(os.path.join(root, *extra.split(".")) + ".py"):
+                    importlib.import_module(extra)
+            from uni_rl.algos.flash_sac.learner import FlashSACLearner
+            torch.manual_seed(0)
+            l = FlashSACLearner(obs_dim=12, action_dim=4, critic_obs_dim=16, actor_hidden_dim=32, critic_hidden_dim=64)
+            g = torch.Generator().manual_seed(1)
+            for _ in range(2):
+                b = {"obs": torch.randn(32, 12, generator=g), "next_obs": torch.randn(32, 12, generator=g),
+                     "actions": torch.rand(32, 4, generator=g) * 2 - 1, "rewards": torch.randn(32, generator=g),
+                     "dones": torch.zeros(32), "truncated": torch.zeros(32),
+                     "critic": torch.randn(32, 16, generator=g), "next_critic": torch.randn(32, 16, generator=g)}
+                metrics = {**l.update_critic(b), **l.update_actor(b)}
+                l.soft_update_target()
+                assert metrics and all(math.isfinite(v) for v in metrics.values()), metrics
+            print(root, "ok", flush=True)
+            os._exit(0)
+        except BaseException as exc:
+            print(root, "error", type(exc).__name__, str(exc)[:300].replace("\n", " "), flush=True)
+            os._exit(1)
+    os.waitpid(pid, 0)
+"""
+
+
+def _write(root: Path, files: dict[str, tuple[bytes, int]]) -> None:
+    for rel, (data, _) in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+
+
+@pytest.fixture(scope="module")
+def trees() -> dict:
+    return pristine_trees()
+
+
+def test_every_prefix_applies_imports_and_trains_on_cpu(tmp_path: Path, trees: dict) -> None:
+    series = load_series(PROJECT / "patches")
+    pristine = {t: trees[t] for t in ("uni_rl", "unisim")}
+    roots, seen = [], set()
+    for k in range(len(series.patches) + 1):
+        prefix = type(series)(series.patches[:k], "")
+        files, _ = build(pristine, prefix)  # exact: a hunk that does not apply on this prefix raises here
+        applied_trees(series.patches[:k], trees)  # every target of the prefix plans too (unilab included)
+        key = tuple(p.name for p in series.patches[:k] if p.target != "unilab")
+        if key in seen:
+            continue
+        seen.add(key)
+        root = tmp_path / f"prefix-{k:02d}"
+        _write(root, files)
+        roots.append(str(root))
+    proc = subprocess.run([sys.executable, "-c", CHILD, *roots], capture_output=True, text=True, timeout=900,
+                          check=False)
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == len(roots) and all(line.endswith(" ok") for line in lines), proc.stdout + proc.stderr[-2000:]
+
+
+def test_split_changes_no_applied_byte(trees: dict) -> None:
+    current = {p.name: p for p in load_series(PROJECT / "patches").patches}
+    missing = [name for name in RECORD["by"] if name not in current]
+    assert not missing, f"the split record names patches the series no longer has: {missing}"
+    patches = [current[name] for name in RECORD["by"]]
+    assert applied_trees(patches, trees) == RECORD["applied"]
+
+
+def test_split_record_catches_a_missing_piece(trees: dict) -> None:
+    """Negative control: the split series without any one of its new pieces is not the old trees."""
+    current = {p.name: p for p in load_series(PROJECT / "patches").patches}
+    new = [n for n in RECORD["by"] if n not in RECORD["replaced"]["patches"]]
+    assert len(new) >= 5
+    for piece in new:
+        rest = [current[n] for n in RECORD["by"] if n != piece]
+        try:
+            got = applied_trees(rest, trees)
+        except Exception:  # noqa: BLE001 - a later patch no longer applying also proves the piece mattered
+            continue
+        assert got["uni_rl"] != RECORD["applied"]["uni_rl"], piece
