@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(report: the original report's; unilab-default: the tree's task config, no overrides)")
     p.add_argument("--pristine-unilab-root", type=Path,
                    help="the unpatched UniLab tree the references (1.3.2, 1.4.0) train on (default: --unilab-root)")
-    p.add_argument("--config", choices=sorted(bench_configs.CONFIGS),
+    p.add_argument("--config", type=bench_configs.canonical_name, choices=sorted(bench_configs.CONFIGS),
                    help="named configuration (learner + switches); exclusive with --compile/--no-compile")
     p.add_argument("--seed", type=int, help="algo.seed (default: the tree's)")
     p.add_argument("--uni-rl-path", type=Path,

@@ -52,7 +52,8 @@ for mode in "$@"; do
     checks)
       on_gpu "${NUMERICS_GPU:-0}" numerics python3 experiments/validate_numerics.py --mode gpu \
         --baseline-root work/bench/unilab-rl-1.3.2 --patched-root overlay --output "$work/validate_numerics_gpu.json"
-      for path in inductor_cudagraphs manual_cudagraphs whole_cycle_graph; do
+      paths=$(python3 experiments/bench_configs.py list replay-paths) || exit 1
+      for path in ${paths//,/ }; do
         on_gpu "${REPLAY_GPU:-0}" "replay-$path" python3 experiments/validate_replay_stability.py \
           --patched-root overlay --paths "$path" --iterations "${REPLAY_ITERATIONS:-1000}" \
           --output "$work/replay-$path.json"
@@ -65,7 +66,7 @@ for mode in "$@"; do
       done
       ;;
     bench)
-      configs=${CONFIGS:-baseline-1.3.2,upstream-1.4.0,iteration-graph,iteration-graph-inference,compile,compile-graphs,eager}
+      configs=${CONFIGS:-$(python3 experiments/bench_configs.py list evidence)} || exit 1
       for gpu_schedule in 0:2 1:8; do
         on_gpu "${gpu_schedule%%:*}" "bench-schedule${gpu_schedule##*:}" bash experiments/device_bench.sh bench \
           SCHEDULES="${gpu_schedule##*:}" CONFIGS="$configs" ITERATIONS="${ITERATIONS:-300}" \

@@ -420,7 +420,7 @@ def test_one_bad_batch_does_not_stop_learning_compiled(patched_uni_rl_root: Path
 # Checkpoints across versions and devices (patch 0011). ``device_rates`` gives the learner
 # the CUDA graph paths' learning rates, 0-d tensors that the schedulers fill in place and
 # captured graphs read (FlashSACLearner._use_device_learning_rates, which the constructor
-# calls on CUDA with manual or whole-iteration graphs); on the CPU they are CPU tensors.
+# calls on CUDA with manual or whole-cycle graphs); on the CPU they are CPU tensors.
 CHECKPOINT = """
 SCHEDULE = dict(learning_rate_init=1e-4, learning_rate_peak=3e-4, learning_rate_end=1.5e-4,
                 learning_rate_warmup_steps=4, learning_rate_decay_steps=40)
@@ -619,7 +619,7 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
         assert params.use_cuda_graph_critic is False and params.use_cuda_graph_actor is False
         assert params.use_whole_cycle_cuda_graph is True  # the recommended default
         # The four configurations of the original report, from the command line alone:
-        # each turns the whole-iteration graph off, as the config's comment says.
+        # each turns the whole-cycle graph off, as the config's comment says.
         off = "algo.algo_params.use_whole_cycle_cuda_graph=false"
         selections = {
             "whole_iteration_graph": [],

@@ -1,4 +1,4 @@
-"""CPU tests of the whole-iteration CUDA graph switch (patches/uni_rl/0007).
+"""CPU tests of the whole-cycle CUDA graph switch (patches/uni_rl/0007).
 
 The graph itself needs a GPU (experiments/validate_numerics.py and
 validate_replay_stability.py check it there). What the CPU can check: the switch and its
@@ -76,9 +76,9 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "eager": (False, False),
         "compile": (False, False),
         "compile-graphs": (False, False),
-        "iteration-graph": (True, False),
-        "iteration-graph-inference": (True, True),
-        "collector-pinned": (True, True),
+        "loss-only-compile": (False, False),
+        "whole-cycle-graph": (True, False),
+        "whole-cycle-graph-inference": (True, True),
         "patched-default": (True, True),
         "collector-pinned": (True, True),  # the default learner; only the CPU placement differs
     }
