@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--unilab-root", type=Path,
                    default=Path(os.environ.get("UNILAB", bench_env.DEFAULT_UNILAB_ROOT)),
-                   help="UniLab tree with src/unilab/scripts/train_flashsac.py (default: $UNILAB or work/unilab-1.3.2)")
+                   help="UniLab tree with src/unilab/scripts/train_flashsac.py (default: $UNILAB or the applier's embedded tree)")
     p.add_argument("--backend", choices=("mujoco",), default="mujoco",
                    help="physics backend of the collector (this benchmark is defined on MuJoCo)")
     p.add_argument("--task", default="g1_walk_flat", help="FlashSAC task config group (default: g1_walk_flat)")
@@ -437,7 +437,7 @@ def run(args: argparse.Namespace) -> int:
     meta, rows_all, end = read_timings(timings)
     provenance = read_provenance(prov_dir)
     run_config = _load_json(logs / "run_config.json")
-    pins = bench_env.read_versions_env()
+    pins = bench_env.PINS
     versions = meta.get("package_versions") or {}
     flashsac_source = meta.get("flashsac_source")
     ok_source = source_matches(source, learner_path, flashsac_source, args.overlay)

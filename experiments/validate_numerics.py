@@ -1819,7 +1819,7 @@ def main() -> int:
 
     import torch
 
-    versions = bench_env.read_versions_env()
+    versions = bench_env.PINS
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="validate_numerics_") as tmp:
         workdir = Path(tmp)

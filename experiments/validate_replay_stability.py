@@ -406,7 +406,7 @@ def main() -> int:
         raise RuntimeError("validate_replay_stability.py needs a CUDA device")
     inductor_config.fallback_random = True
 
-    versions = bench_env.read_versions_env()
+    versions = bench_env.PINS
     started = time.perf_counter()
     paths = {name: run_path(torch, learner_module, name, args.iterations) for name in args.paths}
     device = torch.cuda.get_device_name(0)

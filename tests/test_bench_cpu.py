@@ -562,3 +562,35 @@ def test_device_scripts_read_their_lists_from_the_table() -> None:
     assert proc.stdout.strip() == "inductor_cudagraphs,manual_cudagraphs,whole_cycle_graph"
     bad = subprocess.run([sys.executable, str(script), "list", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and not bad.stdout
+
+
+def test_the_bench_reads_the_applier_status_in_process_as_the_cli_prints_it(
+    applied_session: tuple[Path, Path], checkout: Path, tmp_path: Path
+) -> None:
+    """experiments/ asks the applier's public API (patchset.api.status), no subprocess: the same answer as
+    `python -m patchset status --json`. Controls: a pristine checkout is refused as not applied; a folder
+    that is no checkout gives one clear line."""
+    from conftest import patchset
+
+    tree, overlay = applied_session
+    status = bench_env.patchset_status(tree, overlay)
+    cli = patchset(overlay, "status", "--unilab", str(tree), "--json")
+    assert cli.returncode == 0 and status == json.loads(cli.stdout)
+    assert bench_env.require_applied(status) == status["series_sha256"]
+    with pytest.raises(bench_env.BenchSetupError, match="not applied"):
+        bench_env.require_applied(bench_env.patchset_status(checkout, tmp_path / "no-overlay"))
+    with pytest.raises(bench_env.BenchSetupError, match="is not a UniLab checkout") as refused:
+        bench_env.patchset_status(tmp_path, None)
+    assert "\n" not in str(refused.value)
+
+
+def test_default_paths_follow_the_pins() -> None:
+    pins = bench_env.PINS
+    assert bench_env.DEFAULT_UNILAB_ROOT == PROJECT / "work" / f"unilab-{pins['UNILAB_VERSION']}"
+    assert bench_env.BASELINE_UNI_RL_DIR.name == f"unilab-rl-{pins['UNILAB_RL_BASE_VERSION']}"
+    proc = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_env.py"), "path", "baseline-uni-rl"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and PROJECT / proc.stdout.strip() == bench_env.BASELINE_UNI_RL_DIR
+    bad = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_env.py"), "path", "nope"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

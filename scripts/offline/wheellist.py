@@ -10,8 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.paths import PROJECT_ROOT
-from patchset.pins import INSTALLED_PINS
+from patchset.api import INSTALLED_PINS, PROJECT_ROOT
 
 from . import OfflineError
 
