@@ -15,7 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_learner_patches import PROJECT, run_snippet
+from conftest import PROJECT
+from snippets import run_snippet
 
 SWITCH = "use_whole_cycle_cuda_graph"
 
