@@ -20,8 +20,9 @@ BENCH_COMMON = $(if $(UNILAB),--unilab-root "$(UNILAB)") $(if $(UNILAB_ASSETS),-
                $(if $(BASELINE_WHEEL),--baseline-wheel "$(BASELINE_WHEEL)")
 
 # The numerics and replay-stability checks of the series, run first on the same machine (NO_CHECKS=1 skips them).
-# The driver extracts the pristine 1.3.2 learner to work/bench/unilab-rl-1.3.2 before it runs them.
-BENCH_BASELINE_ROOT ?= work/bench/unilab-rl-1.3.2
+# The driver extracts the pristine base learner to work/bench/unilab-rl-<version> before it runs them.
+# (bench_env.BASELINE_UNI_RL_DIR: named by VERSIONS.env's UNILAB_RL_BASE_VERSION)
+BENCH_BASELINE_ROOT ?= work/bench/unilab-rl-$(shell sed -n 's/^UNILAB_RL_BASE_VERSION=//p' VERSIONS.env)
 ifeq ($(NO_CHECKS)$(CHECKS_JSON),)
 CHECK_NUMERICS ?= $(if $(wildcard experiments/validate_numerics.py),$(BENCH_PY) experiments/validate_numerics.py --mode gpu \
   --baseline-root $(BENCH_BASELINE_ROOT) --patched-root overlay --output work/bench-checks/numerics.json)

@@ -1,13 +1,23 @@
-"""Benchmark configurations (which learner, which switches) and update schedules.
+"""THE configuration table: a configuration's name → which learner, which switches; settings; schedules.
 
-One table, used by the single-run script (``--config NAME``), the matrix driver and
-the report, so that a configuration's name means the same Hydra overrides and the
-same learner everywhere. Overrides use Hydra's ``++`` (add or override) because the
-patched tree has ``compile_full_objectives`` and a pristine tree does not.
+Every consumer derives from here, so that a name means the same learner and the same switches everywhere:
+the Hydra overrides of the single-run script (``--config NAME``) and of ``make bench``, the learner keyword
+arguments of the numerics and replay-stability studies (``learner_switches``), the device scripts
+(``python3 experiments/bench_configs.py list evidence``) and the tests. To add a configuration, add one
+``BenchConfig`` to ``CONFIGS`` (and its name to ``MATRIX_CONFIGS`` if ``make bench`` should run it).
+
+One name per feature: the learner switch ``use_whole_cycle_cuda_graph`` (patches 0008-0010, one CUDA graph replay
+per runner iteration) is the *whole-cycle graph* in configuration names (``whole-cycle-graph``), labels,
+study names (``whole_cycle_graph``) and the README. Runs committed before the rename name it
+``iteration-graph``: ``canonical_name`` reads them (``LEGACY_NAMES``).
+
+Overrides use Hydra's ``++`` (add or override) because the patched tree has ``compile_full_objectives``
+and a pristine tree does not.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,33 +30,54 @@ LearnerSource = Literal["overlay", "baseline", "installed"]
 #: patches) or ``pristine`` (the pinned UniLab 1.3.2 sdist, unchanged).
 TreeKind = Literal["patched", "pristine"]
 
-#: The patched config's switch for the whole-iteration graph. The configuration is
-#: run only when the UniLab tree's flashsac config.yaml carries this key, i.e. once
-#: the learner patch that implements it is in the series.
-ITERATION_GRAPH_KEY = "algo.algo_params.use_whole_cycle_cuda_graph"
-#: The patched config's switch for the collector's inference through a CUDA graph (patch 0009).
-INFERENCE_GRAPH_KEY = "algo.algo_params.use_cuda_graph_inference"
-
+#: Where the learner switches live in UniLab's flashsac config.
+ALGO_PARAMS = "algo.algo_params"
+#: The patched config's switch for the whole-cycle graph. A configuration that sets it is run only
+#: when the UniLab tree's flashsac config.yaml carries this key (the learner patch is in the series).
+WHOLE_CYCLE_GRAPH_KEY = f"{ALGO_PARAMS}.use_whole_cycle_cuda_graph"
+#: The patched config's switch for the collector's inference through a CUDA graph (patch 0012).
+INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
 #: The patched config's single-rank CPU split (unilab patch 0002): CPUs kept for the learner.
 LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
 
-_P = "++algo.algo_params."
-#: The whole-iteration graph and the graphed inference are the patched tree's defaults: the
-#: other overlay configurations turn them off, so that each one differs from the next by its switch.
-_NO_ITERATION_GRAPH = f"++{ITERATION_GRAPH_KEY}=false"
-_NO_INFERENCE_GRAPH = f"++{INFERENCE_GRAPH_KEY}=false"
+#: Configuration names of runs committed before the whole-cycle graph had one name.
+LEGACY_NAMES: dict[str, str] = {
+    "iteration-graph": "whole-cycle-graph",
+    "iteration-graph-inference": "whole-cycle-graph-inference",
+}
+
+Switches = tuple[tuple[str, bool], ...]
+
+
+def _switches(compile_: bool, full: bool, manual: bool | None, whole: bool, inference: bool) -> Switches:
+    """The learner switches of a patched configuration, in the order its overrides are written.
+
+    The whole-cycle graph and the graphed inference are the patched tree's defaults: the other overlay
+    configurations turn them off, so that each one differs from the next by its switch. ``manual`` None:
+    the manual per-update graphs are left to the tree (off), as the whole-cycle configurations do.
+    """
+    out: list[tuple[str, bool]] = [("use_compile", compile_), ("compile_full_objectives", full)]
+    if manual is not None:
+        out += [("use_cuda_graph_critic", manual), ("use_cuda_graph_actor", manual)]
+    return (*out, ("use_whole_cycle_cuda_graph", whole), ("use_cuda_graph_inference", inference))
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """A named learner configuration; ``overrides`` are appended to the Hydra command."""
+    """A named learner configuration.
+
+    ``switches`` are ``algo.algo_params`` learner switches (the keyword arguments of ``FlashSACLearner``
+    of the same names); ``training`` are ``training.*`` values. ``overrides``, appended to the Hydra
+    command, are derived from both.
+    """
 
     name: str
     label: str
     source: LearnerSource
-    overrides: tuple[str, ...]
+    switches: Switches
     reference: Literal["baseline", "upstream", None] = None
     requires_key: str | None = None
+    training: tuple[tuple[str, int], ...] = ()
     notes: str = field(default="", compare=False)
 
     @property
@@ -54,88 +85,79 @@ class BenchConfig:
         """The references are what a user has without us: stock learner on the stock UniLab tree."""
         return "pristine" if self.reference else "patched"
 
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The Hydra overrides that select this configuration on top of a tree's config."""
+        algo = tuple(f"++{ALGO_PARAMS}.{key}={str(value).lower()}" for key, value in self.switches)
+        return algo + tuple(f"training.{key}={value}" for key, value in self.training)
+
+    def learner_switches(self) -> dict[str, bool]:
+        """The switches as ``FlashSACLearner`` keyword arguments (the studies build learners from them)."""
+        return dict(self.switches)
+
 
 CONFIGS: dict[str, BenchConfig] = {
     c.name: c
     for c in (
-        BenchConfig(
-            "eager",
-            "deferred eager",
-            "overlay",
-            (f"{_P}use_compile=false", f"{_P}compile_full_objectives=false",
-             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false", _NO_ITERATION_GRAPH,
-             _NO_INFERENCE_GRAPH),
-        ),
-        BenchConfig(
-            "compile",
-            "full-objective compile",
-            "overlay",
-            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
-             f"{_P}use_cuda_graph_critic=false", f"{_P}use_cuda_graph_actor=false", _NO_ITERATION_GRAPH,
-             _NO_INFERENCE_GRAPH),
-        ),
-        BenchConfig(
-            "compile-graphs",
-            "full compile + manual graphs",
-            "overlay",
-            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
-             f"{_P}use_cuda_graph_critic=true", f"{_P}use_cuda_graph_actor=true", _NO_ITERATION_GRAPH,
-             _NO_INFERENCE_GRAPH),
-        ),
-        BenchConfig(
-            "iteration-graph",
-            "whole-iteration graph",
-            "overlay",
-            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
-             f"++{ITERATION_GRAPH_KEY}=true", _NO_INFERENCE_GRAPH),
-            requires_key=ITERATION_GRAPH_KEY,
-        ),
-        BenchConfig(
-            "iteration-graph-inference",
-            "whole-iteration graph + graphed inference",
-            "overlay",
-            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true",
-             f"++{ITERATION_GRAPH_KEY}=true", f"++{INFERENCE_GRAPH_KEY}=true"),
-            requires_key=INFERENCE_GRAPH_KEY,
-        ),
-        BenchConfig(
-            "baseline-1.3.2",
-            "unpatched unilab-rl 1.3.2 (eager)",
-            "baseline",
-            (f"{_P}use_compile=false", f"{_P}use_cuda_graph_critic=false",
-             f"{_P}use_cuda_graph_actor=false"),
-            reference="baseline",
-        ),
-        BenchConfig(
-            "upstream-1.4.0",
-            "upstream unilab-rl 1.4.0 compile_full_objectives",
-            "installed",
-            (f"{_P}use_compile=true", f"{_P}compile_full_objectives=true"),
-            reference="upstream",
-        ),
-        BenchConfig(
-            "collector-pinned",
-            "patched defaults + collector pinned (1 CPU kept for the learner)",
-            "overlay",
-            (f"{LEARNER_RESERVED_CPUS_KEY}=1",),
-            requires_key=LEARNER_RESERVED_CPUS_KEY,
-            notes="the collector's MuJoCo pool pinned to all usable CPUs but the first (unilab 0002)",
-        ),
-        BenchConfig(
-            "patched-default",
-            "patched defaults (tree config)",
-            "overlay",
-            (),
-            notes="no switch overrides: what a user of the applied tree gets",
-        ),
+        BenchConfig("eager", "deferred eager", "overlay", _switches(False, False, False, False, False)),
+        BenchConfig("loss-only-compile", "loss-only compile", "overlay", _switches(True, False, False, False, False),
+                    notes="the original report's compile of the losses alone (not in the bench matrix)"),
+        BenchConfig("compile", "full-objective compile", "overlay", _switches(True, True, False, False, False)),
+        BenchConfig("compile-graphs", "full compile + manual graphs", "overlay",
+                    _switches(True, True, True, False, False)),
+        BenchConfig("whole-cycle-graph", "whole-cycle graph", "overlay", _switches(True, True, None, True, False),
+                    requires_key=WHOLE_CYCLE_GRAPH_KEY),
+        BenchConfig("whole-cycle-graph-inference", "whole-cycle graph + graphed inference", "overlay",
+                    _switches(True, True, None, True, True), requires_key=INFERENCE_GRAPH_KEY),
+        BenchConfig("baseline-1.3.2", "unpatched unilab-rl 1.3.2 (eager)", "baseline",
+                    (("use_compile", False), ("use_cuda_graph_critic", False), ("use_cuda_graph_actor", False)),
+                    reference="baseline"),
+        BenchConfig("upstream-1.4.0", "upstream unilab-rl 1.4.0 compile_full_objectives", "installed",
+                    (("use_compile", True), ("compile_full_objectives", True)), reference="upstream"),
+        BenchConfig("collector-pinned", "patched defaults + collector pinned (1 CPU kept for the learner)",
+                    "overlay", (), requires_key=LEARNER_RESERVED_CPUS_KEY, training=(("learner_reserved_cpus", 1),),
+                    notes="the collector's MuJoCo pool pinned to all usable CPUs but the first (unilab 0002)"),
+        BenchConfig("patched-default", "patched defaults (tree config)", "overlay", (),
+                    notes="no switch overrides: what a user of the applied tree gets"),
     )
 }
 
 #: The matrix of `make bench`, in the order runs alternate within a round.
 MATRIX_CONFIGS: tuple[str, ...] = (
-    "baseline-1.3.2", "eager", "compile", "compile-graphs", "iteration-graph", "iteration-graph-inference",
+    "baseline-1.3.2", "eager", "compile", "compile-graphs", "whole-cycle-graph", "whole-cycle-graph-inference",
     "upstream-1.4.0",
 )
+#: The timing matrix of ``device_evidence.sh bench``: the references first, so that a run cut off by the
+#: device call's time limit still leaves the rows every ratio needs.
+EVIDENCE_CONFIGS: tuple[str, ...] = (
+    "baseline-1.3.2", "upstream-1.4.0", "whole-cycle-graph", "whole-cycle-graph-inference", "compile",
+    "compile-graphs", "eager",
+)
+#: The numerics study's configurations (validate_numerics.py --mode gpu): its name (a key of its JSON
+#: report, kept for committed reports) → the configuration whose switches its patched learner runs.
+NUMERICS_STUDY: dict[str, str] = {
+    "eager": "eager",
+    "loss_only_compile": "loss-only-compile",
+    "full_objective_compile": "compile",
+    "full_objective_compile_manual_graphs": "compile-graphs",
+    "whole_cycle_graph": "whole-cycle-graph-inference",
+}
+#: The replay-stability study's graph paths (validate_replay_stability.py --paths; keys of its report).
+REPLAY_STUDY: dict[str, str] = {
+    "inductor_cudagraphs": "compile",
+    "manual_cudagraphs": "compile-graphs",
+    "whole_cycle_graph": "whole-cycle-graph",
+}
+
+
+def canonical_name(name: str) -> str:
+    """A configuration name as the table spells it (committed runs may carry a legacy name)."""
+    return LEGACY_NAMES.get(name, name)
+
+
+def study_switches(study: dict[str, str]) -> dict[str, dict[str, bool]]:
+    """A study's learner switches per study name, from the table (``NUMERICS_STUDY``, ``REPLAY_STUDY``)."""
+    return {name: CONFIGS[config].learner_switches() for name, config in study.items()}
 
 
 @dataclass(frozen=True)
@@ -164,7 +186,7 @@ def config_for_compile_flag(compile_flag: bool) -> BenchConfig:
     """The named configuration the original command line's ``--compile``/``--no-compile`` means.
 
     ``--compile`` is the report's full-objective compile (``compile``), ``--no-compile`` its
-    eager learner (``eager``); the report predates the whole-iteration graph and the graphed
+    eager learner (``eager``); the report predates the whole-cycle graph and the graphed
     inference, so both are off, exactly as in those named configurations.
     """
     return CONFIGS["compile" if compile_flag else "eager"]
@@ -213,3 +235,23 @@ SETTINGS: dict[str, Setting] = {
         Setting("unilab-default", "UniLab's own G1 MuJoCo task defaults (no overrides)", (), (None,)),
     )
 }
+
+#: The lists the device scripts read (``bench_configs.py list NAME``), comma-separated.
+LISTS: dict[str, tuple[str, ...]] = {
+    "matrix": MATRIX_CONFIGS,
+    "evidence": EVIDENCE_CONFIGS,
+    "replay-paths": tuple(REPLAY_STUDY),
+}
+
+
+def main(argv: list[str]) -> int:
+    """``bench_configs.py list matrix|evidence|replay-paths``: one of the table's lists, for shell scripts."""
+    if len(argv) != 2 or argv[0] != "list" or argv[1] not in LISTS:
+        print(f"usage: bench_configs.py list {'|'.join(LISTS)}", file=sys.stderr)
+        return 2
+    print(",".join(LISTS[argv[1]]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -26,13 +26,11 @@ from typing import Any
 
 import bench_env  # also puts scripts/ (the applier's patchset package) on sys.path
 from bench_env import BenchSetupError
-from patchset.errors import PatchsetError
-from patchset.fetch import pinned_artifact
-from patchset.trees import extract_wheel_package
+from patchset.api import PatchsetError, extract_wheel_package, pinned_artifact
 
 SINGLE_RUN = bench_env.EXPERIMENTS_DIR / "benchmark_flashsac_training.py"
-BASELINE_DIR = bench_env.PROJECT_DIR / "work" / "bench" / "unilab-rl-1.3.2"
-PRISTINE_TREE_DIR = bench_env.PROJECT_DIR / "work" / "bench" / "unilab-1.3.2-pristine"
+BASELINE_DIR = bench_env.BASELINE_UNI_RL_DIR
+PRISTINE_TREE_DIR = bench_env.PRISTINE_TREE_DIR
 
 
 def machine_slug(gpu: str) -> str:
@@ -61,7 +59,7 @@ def prepare_baseline(explicit_dir: Path | None, wheel: Path | None) -> Path:
         if not (explicit_dir / "uni_rl" / "__init__.py").is_file():
             raise BenchSetupError(f"--baseline-uni-rl {explicit_dir} holds no uni_rl/ package")
         return explicit_dir.resolve()
-    pins = bench_env.read_versions_env()
+    pins = bench_env.PINS
     stamp = BASELINE_DIR / ".wheel-sha256"
     want = pins["UNILAB_RL_BASE_WHEEL_SHA256"]
     if stamp.is_file() and stamp.read_text().strip() == want and (BASELINE_DIR / "uni_rl").is_dir():
@@ -84,9 +82,9 @@ def prepare_pristine_tree(sdist: Path | None = None) -> Path:
     them with our collector work. The sdist unpacked as it is (no git: nothing is applied to it),
     under the git-ignored work/ (an offline GPU host reuses it).
     """
-    pins = bench_env.read_versions_env()
+    pins = bench_env.PINS
     want = pins["UNILAB_SDIST_SHA256"]
-    stamp = PRISTINE_TREE_DIR.parent / ".unilab-1.3.2-pristine.sha256"
+    stamp = PRISTINE_TREE_DIR.parent / f".{PRISTINE_TREE_DIR.name}.sha256"
     if stamp.is_file() and stamp.read_text().strip() == want and (PRISTINE_TREE_DIR / bench_env.TRAIN_SCRIPT_REL).is_file():
         return PRISTINE_TREE_DIR
     try:

@@ -9,11 +9,8 @@ on a CPU-only machine.
 from __future__ import annotations
 
 import importlib.util
-
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import warnings
@@ -23,12 +20,19 @@ from typing import Any
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR / "scripts"))
-from patchset.pins import GPU_PHYSICS_PINS, load_pins  # noqa: E402
+from patchset import api  # noqa: E402  (the applier's public API: pins, paths, status)
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent
 HOOK_DIR = EXPERIMENTS_DIR / "bench_child"
 OVERLAY_DIR = PROJECT_DIR / "overlay"
-DEFAULT_UNILAB_ROOT = PROJECT_DIR / "work" / "unilab-1.3.2"
+PINS = api.load_pins()
+#: The applier's embedded tree (``make apply`` without UNILAB=): work/unilab-<UNILAB_VERSION>.
+DEFAULT_UNILAB_ROOT = api.embedded_tree()
+#: Where the bench keeps the pristine references' inputs (git-ignored work/bench/), named by their pins.
+BASELINE_UNI_RL_DIR = PROJECT_DIR / "work" / "bench" / f"unilab-rl-{PINS['UNILAB_RL_BASE_VERSION']}"
+PRISTINE_TREE_DIR = PROJECT_DIR / "work" / "bench" / f"unilab-{PINS['UNILAB_VERSION']}-pristine"
+#: The paths the device scripts read (``bench_env.py path NAME``), relative to the project.
+PATHS = {"unilab-tree": DEFAULT_UNILAB_ROOT, "baseline-uni-rl": BASELINE_UNI_RL_DIR, "pristine-tree": PRISTINE_TREE_DIR}
 TRAIN_SCRIPT_REL = Path("src/unilab/scripts/train_flashsac.py")
 FLASHSAC_CONFIG_REL = Path("src/unilab/conf/flashsac/config.yaml")
 #: The G1 Walk Flat task names its scene relative to the UniLab root (see NOTES.md).
@@ -44,18 +48,13 @@ PINNED_DISTRIBUTIONS = {
     "TORCH_VERSION": "torch",
 }
 #: The same for UniLab's mjwarp extra: compared only for runs on MJWarp (a MuJoCo run does not need it).
-MJWARP_DISTRIBUTIONS = {key: dist for dist, key in GPU_PHYSICS_PINS.items()}
+MJWARP_DISTRIBUTIONS = {key: dist for dist, key in api.GPU_PHYSICS_PINS.items()}
 #: Physics backends the benchmark runs: the collector's CPU MuJoCo, or MuJoCo Warp on the GPU.
 SIMS = ("mujoco", "mjwarp")
 
 
 class BenchSetupError(RuntimeError):
     """A precondition of a benchmark run is not met; the message says which and how to fix it."""
-
-
-def read_versions_env() -> dict[str, str]:
-    """VERSIONS.env's pins, read by the applier's own parser (one format, one error message)."""
-    return load_pins()
 
 
 def runtime_drift(pins: dict[str, str], torch_version: str, device: str | None) -> dict[str, str | None]:
@@ -123,39 +122,12 @@ def require_cuda() -> dict[str, Any]:
     }
 
 
-def patchset_status(
-    unilab_root: Path | None = None, overlay: Path | None = None, project_dir: Path = PROJECT_DIR
-) -> dict[str, Any]:
-    """``python -m patchset status --json`` (the lead's applier) for this tree; raises if it cannot answer."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(project_dir / "scripts"), env.get("PYTHONPATH", "")) if p
-    )
+def patchset_status(unilab_root: Path | None = None, overlay: Path | None = None) -> dict[str, Any]:
+    """The applier's status of this tree (what ``python -m patchset status --json`` prints); raises if it cannot answer."""
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "patchset", "status", "--json",
-             *(["--unilab", str(unilab_root)] if unilab_root else []),
-             *(["--overlay", str(overlay)] if overlay else [])],
-            cwd=project_dir,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BenchSetupError(f"`python -m patchset status --json` did not run: {exc}") from exc
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise BenchSetupError(
-            f"`python -m patchset status --json` failed (exit {proc.returncode}): {tail[0]}"
-        )
-    try:
-        status = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        raise BenchSetupError(f"`python -m patchset status --json` printed no JSON: {exc}") from exc
-    if not isinstance(status, dict):
-        raise BenchSetupError("`python -m patchset status --json` printed JSON that is not an object")
-    return status
+        return api.status(unilab_root, overlay)
+    except (api.PatchsetError, OSError) as exc:
+        raise BenchSetupError(f"the applier's status failed: {' '.join(str(exc).split())}") from exc
 
 
 def require_applied(status: dict[str, Any]) -> str:
@@ -220,7 +192,7 @@ def missing_assets(unilab_root: Path) -> list[Path]:
     """Referenced asset files absent from the tree (UniLab would try Hugging Face for them)."""
     scene = unilab_root / G1_SCENE_REL
     if not scene.is_file():
-        raise BenchSetupError(f"{scene} is missing: {unilab_root} is not a UniLab 1.3.2 tree")
+        raise BenchSetupError(f"{scene} is missing: {unilab_root} is not a UniLab {PINS['UNILAB_VERSION']} tree")
     return [p for p in scene_asset_files(scene) if not p.is_file()]
 
 
@@ -295,3 +267,17 @@ def flashsac_config_keys(unilab_root: Path) -> set[str]:
     params = (data.get("algo") or {}).get("algo_params") or {}
     training = data.get("training") or {}
     return {f"algo.algo_params.{k}" for k in params} | {f"training.{k}" for k in training}
+
+
+def main(argv: list[str]) -> int:
+    """``bench_env.py path NAME``: one of the bench's paths, relative to the project, for the device scripts."""
+    if len(argv) != 2 or argv[0] != "path" or argv[1] not in PATHS:
+        print(f"usage: bench_env.py path {'|'.join(PATHS)}", file=sys.stderr)
+        return 2
+    path = PATHS[argv[1]]
+    print(path.relative_to(PROJECT_DIR) if path.is_relative_to(PROJECT_DIR) else path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

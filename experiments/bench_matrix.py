@@ -113,7 +113,8 @@ def _schedule_label(spec: bench_driver.RunSpec) -> str:
 
 
 def available_configs(requested: Sequence[str], unilab_root: Path) -> list[str]:
-    """Drop configurations the applied tree cannot run yet (e.g. the whole-iteration graph)."""
+    """Drop configurations the applied tree cannot run yet (e.g. the whole-cycle graph)."""
+    requested = [bench_configs.canonical_name(c) for c in requested]
     unknown = [c for c in requested if c not in bench_configs.CONFIGS]
     if unknown:
         raise BenchSetupError(f"unknown configuration(s) {unknown}; known: {sorted(bench_configs.CONFIGS)}")

@@ -41,6 +41,8 @@ def load_runs(folder: Path) -> list[dict[str, Any]]:
         data = read_run(path)
         if isinstance(data, dict) and "training_config" in data:
             data.setdefault("_file", path.name.removesuffix(".gz"))
+            if "config" in data:  # runs committed before the whole-cycle graph had one name
+                data["config"] = bench_configs.canonical_name(str(data["config"]))
             if data.get("rows_all") and "wall_per_iter_ms" not in data:  # recorded before the wall field existed
                 data.update(bench_stats.timing_report(data["rows_all"], summary_last=data["summary_last"],
                                                       skip_first=data.get("skip_first", 0)))

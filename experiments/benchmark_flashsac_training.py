@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--unilab-root", type=Path,
                    default=Path(os.environ.get("UNILAB", bench_env.DEFAULT_UNILAB_ROOT)),
-                   help="UniLab tree with src/unilab/scripts/train_flashsac.py (default: $UNILAB or work/unilab-1.3.2)")
+                   help="UniLab tree with src/unilab/scripts/train_flashsac.py (default: $UNILAB or the applier's embedded tree)")
     p.add_argument("--backend", choices=bench_env.SIMS, default="mujoco",
                    help="physics of the collector: CPU MuJoCo (the task's own owner) or MuJoCo Warp on the GPU "
                         "(task g1_walk_flat/mjwarp)")
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(report: the original report's; unilab-default: the tree's task config, no overrides)")
     p.add_argument("--pristine-unilab-root", type=Path,
                    help="the unpatched UniLab tree the references (1.3.2, 1.4.0) train on (default: --unilab-root)")
-    p.add_argument("--config", choices=sorted(bench_configs.CONFIGS),
+    p.add_argument("--config", type=bench_configs.canonical_name, choices=sorted(bench_configs.CONFIGS),
                    help="named configuration (learner + switches); exclusive with --compile/--no-compile")
     p.add_argument("--seed", type=int, help="algo.seed (default: the tree's)")
     p.add_argument("--uni-rl-path", type=Path,
@@ -439,7 +439,7 @@ def run(args: argparse.Namespace) -> int:
     meta, rows_all, end = read_timings(timings)
     provenance = read_provenance(prov_dir)
     run_config = _load_json(logs / "run_config.json")
-    pins = bench_env.read_versions_env()
+    pins = bench_env.PINS
     versions = meta.get("package_versions") or {}
     flashsac_source = meta.get("flashsac_source")
     ok_source = source_matches(source, learner_path, flashsac_source, args.overlay)

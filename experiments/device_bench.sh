@@ -18,5 +18,6 @@ offline=(OFFLINE="${WHEELHOUSE:-.whl}" OFFLINE_SITE="${OFFLINE_SITE:-/tmp/flashs
 results=${OUT:-$PWD}/results
 mkdir -p "$results"
 export PYTHONUNBUFFERED=1
-exec make "$target" "${offline[@]}" PYTHON=python3 UNILAB="$PWD/work/unilab-1.3.2" \
+# No UNILAB=: the bench and the applier default to the embedded tree work/unilab-<UNILAB_VERSION> (carried).
+exec make "$target" "${offline[@]}" PYTHON=python3 \
   BENCH_ARGS="--live-panel never --results-root $results ${BENCH_ARGS:-}" "$@"

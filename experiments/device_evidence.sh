@@ -29,7 +29,7 @@ trap 'tar czf "$OUT/evidence.tgz" -C "$work" .' EXIT
 bash experiments/device_bench.sh install || exit 1
 export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
   PYTHONUNBUFFERED=1
-# The warm-up's compile artifacts (uni_rl 0013) go into the archive; a carried .compile-cache/ (an earlier
+# The warm-up's compile artifacts (uni_rl 0016) go into the archive; a carried .compile-cache/ (an earlier
 # call's, same GPU and torch) is loaded first, as a user copies them to a new machine.
 export FLASHSAC_COMPILE_CACHE_DIR=$work/compile-cache
 mkdir -p "$FLASHSAC_COMPILE_CACHE_DIR"
@@ -38,8 +38,10 @@ assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
 { date -u; nproc; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
   >"$work/machine.txt" 2>&1
 # Seed the G1 assets once, before parallel invocations would each try to.
+tree=$(python3 experiments/bench_env.py path unilab-tree) || exit 1
+baseline=$(python3 experiments/bench_env.py path baseline-uni-rl) || exit 1
 python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments'); import bench_env; \
-print(bench_env.ensure_assets(Path('work/unilab-1.3.2').resolve(), Path('$assets')))" || exit 1
+print(bench_env.ensure_assets(Path('$tree').resolve(), Path('$assets')))" || exit 1
 
 on_gpu() {  # on_gpu <gpu> <log name> <command...>: run in the background, bounded by the budget
   local gpu=$1 log=$2; shift 2
@@ -51,8 +53,9 @@ for mode in "$@"; do
   case $mode in
     checks)
       on_gpu "${NUMERICS_GPU:-0}" numerics python3 experiments/validate_numerics.py --mode gpu \
-        --baseline-root work/bench/unilab-rl-1.3.2 --patched-root overlay --output "$work/validate_numerics_gpu.json"
-      for path in inductor_cudagraphs manual_cudagraphs whole_cycle_graph; do
+        --baseline-root "$baseline" --patched-root overlay --output "$work/validate_numerics_gpu.json"
+      paths=$(python3 experiments/bench_configs.py list replay-paths) || exit 1
+      for path in ${paths//,/ }; do
         on_gpu "${REPLAY_GPU:-0}" "replay-$path" python3 experiments/validate_replay_stability.py \
           --patched-root overlay --paths "$path" --iterations "${REPLAY_ITERATIONS:-1000}" \
           --output "$work/replay-$path.json"
@@ -65,7 +68,7 @@ for mode in "$@"; do
       done
       ;;
     bench)
-      configs=${CONFIGS:-baseline-1.3.2,upstream-1.4.0,iteration-graph,iteration-graph-inference,compile,compile-graphs,eager}
+      configs=${CONFIGS:-$(python3 experiments/bench_configs.py list evidence)} || exit 1
       for gpu_schedule in 0:2 1:8; do
         on_gpu "${gpu_schedule%%:*}" "bench-schedule${gpu_schedule##*:}" bash experiments/device_bench.sh bench \
           SCHEDULES="${gpu_schedule##*:}" CONFIGS="$configs" ITERATIONS="${ITERATIONS:-300}" \
@@ -85,7 +88,7 @@ for mode in "$@"; do
           ${!plan_var} ITERATIONS=${ITERATIONS:-1000} SUMMARY_LAST=${SUMMARY_LAST:-500} NO_CHECKS=1 \
           BENCH_ARGS='--results-root $work/gpu$gpu'; echo \"bench exit \$?\"
           if [ -n '${!checks_var:-}' ]; then taskset -c $cores python3 experiments/validate_numerics.py --mode gpu \
-            --baseline-root work/bench/unilab-rl-1.3.2 --patched-root overlay \
+            --baseline-root $baseline --patched-root overlay \
             --output $work/validate_numerics_gpu.json; fi"
       done
       ;;

@@ -17,7 +17,7 @@ CPU mode (what CI runs):
     counted in the metrics; the baseline run with the same injection shows the damage.
 
 GPU mode: every configuration (eager, loss-only compile, full-objective compile,
-full-objective compile + manual CUDA graphs, whole-iteration CUDA graph) of the patched
+full-objective compile + manual CUDA graphs, whole-cycle CUDA graph) of the patched
 learner against patched eager, fp32 and bf16 autocast: the first update's losses,
 gradients and BatchNorm statistics, and the drift after 12 iterations relative to the
 measured drift of a one-ulp change (tolerances and their grounds: see the constants
@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_configs  # noqa: E402  (the configuration table)
 import bench_env  # noqa: E402  (VERSIONS.env, drift: one reader for the whole project)
 
 # Learner size: small enough for 2 CPU cores, same structure as the G1 setting.
@@ -125,9 +126,9 @@ TIER_A_SNAPSHOT = "2:critic"
 # target update), which the baseline, without the probe, offers for the critic.
 FIRST_CRITIC_SNAPSHOT = "0:actor"
 GPU_LEARNER_KWARGS = {"actor_hidden_dim": 128, "critic_hidden_dim": 256}
-# One bad batch, then clean ones (patch 0010), in a run resumed from a CPU learner's
-# checkpoint (patch 0011). ``poison``: NaN/Inf in one field of one update's batch, which
-# every path reads (the whole-iteration graph takes the batch as the runner hands it): an
+# One bad batch, then clean ones (patch 0013), in a run resumed from a CPU learner's
+# checkpoint (patch 0014). ``poison``: NaN/Inf in one field of one update's batch, which
+# every path reads (the whole-cycle graph takes the batch as the runner hands it): an
 # observation at the first update of iteration 2 (skips that iteration's actor and
 # temperature steps) and a critic input at the first update of iteration 4 (skips a
 # critic step, and the actor step that reads it through the frozen critic). Snapshots
@@ -178,7 +179,7 @@ def _state_of(learner: Any) -> dict[str, Any]:
 
 
 def _whole_cycle(learner: Any) -> bool:
-    """Whether the learner runs each iteration as one CUDA graph replay (patch 0007)."""
+    """Whether the learner runs each iteration as one CUDA graph replay (patches 0008-0010)."""
     return bool(getattr(learner, "use_whole_cycle_cuda_graph", False))
 
 
@@ -228,7 +229,7 @@ def _run_schedule(
     per_iteration: list[dict[str, float]] = []
     whole_cycle = _whole_cycle(learner)
     if whole_cycle and overrides:
-        raise ValueError("batch overrides need per-update calls, which the iteration graph lacks")
+        raise ValueError("batch overrides need per-update calls, which the whole-cycle graph lacks")
     for iteration in range(iterations):
         chunk = reward_chunks[iteration]
         learner.update_reward_stats(chunk["rewards"].to(device), chunk["dones"].to(device))
@@ -299,7 +300,7 @@ def audit_cycle(
     """Host syncs and launches of one warm update cycle, counted.
 
     One uncounted cycle runs first, so that what a first call of a schedule does once
-    (the whole-iteration graph's capture for a new schedule, a CUDA-graph recording) is
+    (the whole-cycle graph's capture for a new schedule, a CUDA-graph recording) is
     not counted. Syncs: ``torch.cuda.set_sync_debug_mode("warn")`` makes every synchronizing CUDA
     call (blocking copies, ``.item()``, stream syncs) raise a warning; they are counted
     inside the cycle and, separately, in the end-of-iteration metrics read (the
@@ -434,7 +435,7 @@ def _enable_cpu_inductor(learner_module: Any) -> None:
 def _update_phase(learner: Any, phase: str, batch: dict[str, Any]) -> dict[str, float]:
     """One critic or actor update through the entry point the runner uses for it.
 
-    The whole-iteration graph has no per-update entry point: the update runs as a
+    The whole-cycle graph has no per-update entry point: the update runs as a
     captured one-update iteration (a schedule of just that update), so the probe
     measures the graph's own first update.
     """
@@ -813,7 +814,7 @@ def worker_main(args: argparse.Namespace) -> None:
         result["audit"] = audit_cycle(learner, device_batches, int(config["policy_frequency"]))
         if config.get("audit_updates"):
             # The large schedule too (e.g. 8 critic / 4 actor updates): after the gated
-            # checks above, since a whole-iteration graph captures again for it.
+            # checks above, since a whole-cycle graph captures again for it.
             large = [
                 {k: v.to(config["device"]) for k, v in batch.items()}
                 for batch in batches[: int(config["audit_updates"])]
@@ -1142,7 +1143,7 @@ def injection_report(
     Snapshots are taken before updates, so "before critic 10" is the state right after
     critic step 9 and its target update, and "before critic 15" the state after actor
     step 14. Each poisoned step must leave its side bitwise unchanged: parameters,
-    optimizer state and the BatchNorm running statistics its forward moved (patch 0010;
+    optimizer state and the BatchNorm running statistics its forward moved (patch 0013;
     the scheduler still advances the learning rate). The temperature step sees a finite
     loss and proceeds.
     """
@@ -1215,7 +1216,7 @@ def expected_recovery_skips(
 def recovery_report(
     results: dict[str, Any], updates_per_step: int, policy_frequency: int = 2
 ) -> dict[str, Any]:
-    """Gate: one bad batch costs only its own steps, on every path run (patch 0010).
+    """Gate: one bad batch costs only its own steps, on every path run (patch 0013).
 
     Per run of ``ROBUSTNESS_CONFIG``: the poisoned iterations skip exactly the steps the
     poison reaches and every other iteration skips none (a learner left with NaN running
@@ -1266,12 +1267,12 @@ def _rates_close(a: list[float], b: list[float]) -> bool:
 
 
 def checkpoint_report(results: dict[str, Any]) -> dict[str, Any]:
-    """Gate: a CPU learner's checkpoint (float rates) keeps the graph paths working (patch 0011).
+    """Gate: a CPU learner's checkpoint (float rates) keeps the graph paths working (patch 0014).
 
     Per run of ``ROBUSTNESS_CONFIG``: the loaded rates are the checkpoint's; on the graph
     paths they are still the device tensors the graphs read (the same objects), elsewhere
     floats; after training the rates are the schedulers' current ones (the schedule
-    reached whatever the updates read); a whole-iteration graph that was asked for still
+    reached whatever the updates read); a whole-cycle graph that was asked for still
     ran (no fallback from a failed capture).
     """
     configs: dict[str, Any] = {}
@@ -1299,7 +1300,7 @@ def checkpoint_report(results: dict[str, Any]) -> dict[str, Any]:
     return {
         "passed": bool(configs) and all(item["passed"] for item in configs.values()),
         "rule": "a float-rate checkpoint loads into the learner's own rates (device tensors on "
-        "the graph paths), the schedule reaches them, and the whole-iteration graph stays on",
+        "the graph paths), the schedule reaches them, and the whole-cycle graph stays on",
         "configs": configs,
     }
 
@@ -1514,23 +1515,8 @@ def first_critic_update_of_schedule(
     }
 
 
-GPU_CONFIGS: dict[str, dict[str, Any]] = {
-    "eager": {"use_compile": False},
-    "loss_only_compile": {"use_compile": True, "compile_full_objectives": False},
-    "full_objective_compile": {"use_compile": True, "compile_full_objectives": True},
-    "full_objective_compile_manual_graphs": {
-        "use_compile": True,
-        "compile_full_objectives": True,
-        "use_cuda_graph_critic": True,
-        "use_cuda_graph_actor": True,
-    },
-    "whole_cycle_graph": {
-        "use_compile": True,
-        "compile_full_objectives": True,
-        "use_whole_cycle_cuda_graph": True,
-        "use_cuda_graph_inference": True,
-    },
-}
+#: The patched configurations of GPU mode, their switches from the one configuration table.
+GPU_CONFIGS: dict[str, dict[str, bool]] = bench_configs.study_switches(bench_configs.NUMERICS_STUDY)
 
 
 def compare_configurations(
@@ -1668,10 +1654,10 @@ def host_sync_report(per_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def whole_cycle_kept_report(results: dict[str, Any], requested: list[str]) -> dict[str, Any]:
-    """Gate: the configurations that asked for the whole-iteration graph still ran it."""
+    """Gate: the configurations that asked for the whole-cycle graph still ran it."""
     return {
         "passed": bool(requested) and all(results[key]["whole_cycle_graph_active"] for key in requested),
-        "rule": "the whole-iteration configurations still ran their graph (no fallback)",
+        "rule": "the whole-cycle configurations still ran their graph (no fallback)",
         "configs": requested,
     }
 
@@ -1833,7 +1819,7 @@ def main() -> int:
 
     import torch
 
-    versions = bench_env.read_versions_env()
+    versions = bench_env.PINS
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="validate_numerics_") as tmp:
         workdir = Path(tmp)

@@ -1,7 +1,7 @@
 """Replay stability of the patched FlashSAC learner's CUDA graph paths (GPU only).
 
 For each graph path (full-objective compile with Inductor's CUDA graphs; full-objective
-compile with the manual CUDA graphs; the whole-iteration CUDA graph, one replay per
+compile with the manual CUDA graphs; the whole-cycle CUDA graph, one replay per
 iteration) the patched learner runs ``--iterations``
 consecutive runner iterations (2 critic updates, 1 actor update, 2 target updates, then
 the one deferred-metrics read). Checked at every iteration:
@@ -11,7 +11,7 @@ the one deferred-metrics read). Checked at every iteration:
   the iteration's later replays, must equal the mean of those copies exactly. Every
   ``DELAYED_READ_EVERY`` iterations the read waits one more iteration, so rows must
   also survive a whole further iteration of replays. A row that aliased graph-owned
-  memory would come back with a later update's values. (The whole-iteration graph
+  memory would come back with a later update's values. (The whole-cycle graph
   writes all its rows in one replay: they are copied right after it.)
 * tracking: an eager patched learner is loaded with the graph learner's full state
   before each iteration, both run the iteration on the same batches and random stream
@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_configs  # noqa: E402  (the configuration table)
 import bench_env  # noqa: E402  (VERSIONS.env, drift: one reader for the whole project)
 DIMS = {"obs_dim": 24, "critic_obs_dim": 30, "action_dim": 6}
 LEARNER_KWARGS: dict[str, Any] = {
@@ -57,20 +58,8 @@ LEARNER_KWARGS: dict[str, Any] = {
     "learning_rate_warmup_steps": 200,
     "learning_rate_decay_steps": 2000,
 }
-PATHS: dict[str, dict[str, Any]] = {
-    "inductor_cudagraphs": {"use_compile": True, "compile_full_objectives": True},
-    "manual_cudagraphs": {
-        "use_compile": True,
-        "compile_full_objectives": True,
-        "use_cuda_graph_critic": True,
-        "use_cuda_graph_actor": True,
-    },
-    "whole_cycle_graph": {
-        "use_compile": True,
-        "compile_full_objectives": True,
-        "use_whole_cycle_cuda_graph": True,
-    },
-}
+#: The graph paths, their switches from the one configuration table.
+PATHS: dict[str, dict[str, bool]] = bench_configs.study_switches(bench_configs.REPLAY_STUDY)
 BATCH_SIZE = 256
 UPDATES_PER_STEP = 2
 POLICY_FREQUENCY = 2
@@ -417,7 +406,7 @@ def main() -> int:
         raise RuntimeError("validate_replay_stability.py needs a CUDA device")
     inductor_config.fallback_random = True
 
-    versions = bench_env.read_versions_env()
+    versions = bench_env.PINS
     started = time.perf_counter()
     paths = {name: run_path(torch, learner_module, name, args.iterations) for name in args.paths}
     device = torch.cuda.get_device_name(0)

@@ -144,3 +144,11 @@ def patched_unilab_root(applied_session: tuple[Path, Path]) -> Path:
 def patched_uni_rl_root(applied_session: tuple[Path, Path]) -> Path:
     """The overlay dir: holds the patched uni_rl (and the provenance hook)."""
     return applied_session[1]
+
+
+def make(*args: str) -> subprocess.CompletedProcess:
+    """`make ARGS` in the project as CI runs it: no inherited make or Python paths, pip offline on the cache."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "PYTHONPATH")}
+    env.update(PATCHSET_CACHE=str(cache_dir()), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(cache_dir()))
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=PROJECT, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)

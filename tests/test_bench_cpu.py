@@ -129,18 +129,18 @@ def test_compile_flags_mean_exactly_the_named_configurations(
     assert single.config_identity(flagged) == single.config_identity(named) == (
         name, bench_configs.CONFIGS[name].label)
     # What the trainer really resolves: every switch as the named configuration sets it,
-    # the tree's default graphs (iteration graph, graphed inference) off.
+    # the tree's default graphs (whole-cycle graph, graphed inference) off.
     own = [o for o in flag_overrides if o not in common]
     switches = _switches(patched_unilab_root, own)
     assert switches == _switches(patched_unilab_root, list(bench_configs.CONFIGS[name].overrides))
     assert switches["use_whole_cycle_cuda_graph"] is False
     assert switches["use_cuda_graph_inference"] is False
     assert switches["use_compile"] is (name == "compile")
-    # Negative control: the former flag overrides (compile switches and the iteration graph
+    # Negative control: the former flag overrides (compile switches and the whole-cycle graph
     # only) left the tree's graphed inference on under the same label.
     former = [f"++algo.algo_params.use_compile={name == 'compile'}".lower(),
               f"++algo.algo_params.compile_full_objectives={name == 'compile'}".lower(),
-              f"++{bench_configs.ITERATION_GRAPH_KEY}=false"]
+              f"++{bench_configs.WHOLE_CYCLE_GRAPH_KEY}=false"]
     assert _switches(patched_unilab_root, former)["use_cuda_graph_inference"] is True
 
 
@@ -536,3 +536,61 @@ def test_readme_tables_are_generated_from_the_committed_runs() -> None:
     changed = text.replace(body, body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1:], 1)
     assert readme_tables.stale_blocks(changed) == [f"{blocks[0]['kind']}:{blocks[0]['folder']}"]
     assert readme_tables.regenerate(changed) == text
+
+
+def test_committed_runs_with_legacy_names_read_as_the_table_names_them(tmp_path: Path) -> None:
+    """Runs recorded before the whole-cycle graph had one name say ``iteration-graph``: they group and sort
+    under the table's name; the command lines take the legacy name too. Control: an unknown name stays unknown."""
+    legacy = _scaled(_real_run(), "iteration-graph-inference", 0.5, "legacy.json")
+    (tmp_path / "legacy.json").write_text(json.dumps(legacy))
+    (run,) = bench_report.load_runs(tmp_path)
+    assert run["config"] == "whole-cycle-graph-inference"
+    table = bench_report.summary_table([run])
+    assert table.splitlines()[2].split("|")[1].strip() == "whole-cycle graph + graphed inference"
+    args = single.parse_args(["--unilab-root", "/x", "--config", "iteration-graph"])
+    assert single.selected_config(args) is bench_configs.CONFIGS["whole-cycle-graph"]
+    with pytest.raises(SystemExit):
+        single.parse_args(["--unilab-root", "/x", "--config", "iteration-graf"])
+
+
+def test_device_scripts_read_their_lists_from_the_table() -> None:
+    script = PROJECT / "experiments" / "bench_configs.py"
+    proc = subprocess.run([sys.executable, str(script), "list", "evidence"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip().split(",") == list(bench_configs.EVIDENCE_CONFIGS)
+    assert set(bench_configs.EVIDENCE_CONFIGS) == set(bench_configs.MATRIX_CONFIGS)
+    proc = subprocess.run([sys.executable, str(script), "list", "replay-paths"], capture_output=True, text=True)
+    assert proc.stdout.strip() == "inductor_cudagraphs,manual_cudagraphs,whole_cycle_graph"
+    bad = subprocess.run([sys.executable, str(script), "list", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and not bad.stdout
+
+
+def test_the_bench_reads_the_applier_status_in_process_as_the_cli_prints_it(
+    applied_session: tuple[Path, Path], checkout: Path, tmp_path: Path
+) -> None:
+    """experiments/ asks the applier's public API (patchset.api.status), no subprocess: the same answer as
+    `python -m patchset status --json`. Controls: a pristine checkout is refused as not applied; a folder
+    that is no checkout gives one clear line."""
+    from conftest import patchset
+
+    tree, overlay = applied_session
+    status = bench_env.patchset_status(tree, overlay)
+    cli = patchset(overlay, "status", "--unilab", str(tree), "--json")
+    assert cli.returncode == 0 and status == json.loads(cli.stdout)
+    assert bench_env.require_applied(status) == status["series_sha256"]
+    with pytest.raises(bench_env.BenchSetupError, match="not applied"):
+        bench_env.require_applied(bench_env.patchset_status(checkout, tmp_path / "no-overlay"))
+    with pytest.raises(bench_env.BenchSetupError, match="is not a UniLab checkout") as refused:
+        bench_env.patchset_status(tmp_path, None)
+    assert "\n" not in str(refused.value)
+
+
+def test_default_paths_follow_the_pins() -> None:
+    pins = bench_env.PINS
+    assert bench_env.DEFAULT_UNILAB_ROOT == PROJECT / "work" / f"unilab-{pins['UNILAB_VERSION']}"
+    assert bench_env.BASELINE_UNI_RL_DIR.name == f"unilab-rl-{pins['UNILAB_RL_BASE_VERSION']}"
+    proc = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_env.py"), "path", "baseline-uni-rl"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and PROJECT / proc.stdout.strip() == bench_env.BASELINE_UNI_RL_DIR
+    bad = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_env.py"), "path", "nope"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -11,69 +11,16 @@ from __future__ import annotations
 import ast
 import copy
 import json
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import PROJECT
+from snippets import run_snippet
 
-PROJECT = Path(__file__).resolve().parents[1]
 SWITCHES = ("compile_full_objectives", "finite_guard", "deferred_metrics")
-
-# A small learner and batch factory shared by the snippets.
-PRELUDE = """
-import json, sys
-import torch
-from uni_rl.algos.flash_sac.learner import FlashSACLearner
-
-def learner(**switches):
-    torch.manual_seed(0)
-    return FlashSACLearner(obs_dim=12, action_dim=4, critic_obs_dim=16, actor_hidden_dim=32,
-                           critic_hidden_dim=64, **switches)
-
-def batch(seed, size=32):
-    g = torch.Generator().manual_seed(seed)
-    return {"obs": torch.randn(size, 12, generator=g), "next_obs": torch.randn(size, 12, generator=g),
-            "actions": torch.rand(size, 4, generator=g) * 2 - 1, "rewards": torch.randn(size, generator=g),
-            "dones": torch.zeros(size), "truncated": torch.zeros(size),
-            "critic": torch.randn(size, 16, generator=g), "next_critic": torch.randn(size, 16, generator=g)}
-
-def state(l):
-    out = {}
-    for name in ("actor", "critic", "target_critic", "temperature"):
-        for k, v in getattr(l, name).state_dict().items():
-            out[f"{name}.{k}"] = v.detach().clone()
-    for name in ("actor_optimizer", "critic_optimizer", "temperature_optimizer"):
-        for i, s in getattr(l, name).state_dict()["state"].items():
-            for k, v in s.items():
-                out[f"{name}.{i}.{k}"] = v.detach().clone()
-    return out
-
-def same(a, b, prefixes):
-    keys = [k for k in a if k.startswith(prefixes)]
-    return bool(keys) and all(torch.equal(a[k], b[k]) for k in keys)
-"""
-
-
-def run_snippet(root: Path, body: str) -> Any:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(root)
-    code = PRELUDE + "\nassert str(__import__('uni_rl').__file__).startswith(sys.argv[1])\n"
-    code += textwrap.dedent(body)
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(root)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
 
 def test_series_patches_the_learner_files(
     pristine_uni_rl_root: Path, patched_uni_rl_root: Path
@@ -420,7 +367,7 @@ def test_one_bad_batch_does_not_stop_learning_compiled(patched_uni_rl_root: Path
 # Checkpoints across versions and devices (patch 0014). ``device_rates`` gives the learner
 # the CUDA graph paths' learning rates, 0-d tensors that the schedulers fill in place and
 # captured graphs read (FlashSACLearner._use_device_learning_rates, which the constructor
-# calls on CUDA with manual or whole-iteration graphs); on the CPU they are CPU tensors.
+# calls on CUDA with manual or whole-cycle graphs); on the CPU they are CPU tensors.
 CHECKPOINT = """
 SCHEDULE = dict(learning_rate_init=1e-4, learning_rate_peak=3e-4, learning_rate_end=1.5e-4,
                 learning_rate_warmup_steps=4, learning_rate_decay_steps=40)
@@ -619,7 +566,7 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
         assert params.use_cuda_graph_critic is False and params.use_cuda_graph_actor is False
         assert params.use_whole_cycle_cuda_graph is True  # the recommended default
         # The four configurations of the original report, from the command line alone:
-        # each turns the whole-iteration graph off, as the config's comment says.
+        # each turns the whole-cycle graph off, as the config's comment says.
         off = "algo.algo_params.use_whole_cycle_cuda_graph=false"
         selections = {
             "whole_iteration_graph": [],

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_offline import PROJECT, make
+from conftest import PROJECT, make
 
 
 def steps(*args: str) -> subprocess.CompletedProcess:

@@ -16,8 +16,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import PROJECT, make
 
-PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT / "scripts"))
 sys.path.insert(0, str(PROJECT / "experiments"))
 
@@ -196,13 +196,6 @@ def test_build_refuses_bad_assets_and_a_foreign_destination(tmp_path: Path, tiny
     one_line_error(offline("build", str(dest), *args, "--assets", str(ASSETS)), "exists and is not a wheelhouse")
     assert [p.name for p in dest.iterdir()] == ["notes.txt"]
     one_line_error(offline("build", str(dest), "--python-version", "twelve"), "PYTHON_VERSION='twelve'")
-
-
-def make(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "PYTHONPATH")}
-    env.update(PATCHSET_CACHE=str(cache_dir()), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(cache_dir()))
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=PROJECT, env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
 
 
 def test_make_setup_offline_verifies_then_installs(wheelhouse: Path, tmp_path: Path) -> None:

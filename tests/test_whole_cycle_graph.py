@@ -1,4 +1,4 @@
-"""CPU tests of the whole-iteration CUDA graph switch (patches/uni_rl/0008-0010).
+"""CPU tests of the whole-cycle CUDA graph switch (patches/uni_rl/0008-0010).
 
 The graph itself needs a GPU (experiments/validate_numerics.py and
 validate_replay_stability.py check it there). What the CPU can check: the switch and its
@@ -15,7 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_learner_patches import PROJECT, run_snippet
+from conftest import PROJECT
+from snippets import run_snippet
 
 SWITCH = "use_whole_cycle_cuda_graph"
 
@@ -76,9 +77,9 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "eager": (False, False),
         "compile": (False, False),
         "compile-graphs": (False, False),
-        "iteration-graph": (True, False),
-        "iteration-graph-inference": (True, True),
-        "collector-pinned": (True, True),
+        "loss-only-compile": (False, False),
+        "whole-cycle-graph": (True, False),
+        "whole-cycle-graph-inference": (True, True),
         "patched-default": (True, True),
         "collector-pinned": (True, True),  # the default learner; only the CPU placement differs
     }

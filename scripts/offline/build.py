@@ -16,9 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from patchset.errors import PatchsetError
-from patchset.fetch import pinned_artifact
-from patchset.pins import load_pins
+from patchset.api import PatchsetError, load_pins, pinned_artifact
 
 from . import OfflineError, assets, manifest
 from .wheellist import Entry, canonical, check_agreement, read_wheel_list

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from patchset.fetch import file_sha256
+from patchset.api import file_sha256
 
 from . import OfflineError
 

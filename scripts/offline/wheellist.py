@@ -10,8 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.paths import PROJECT_ROOT
-from patchset.pins import GPU_PHYSICS_PINS, INSTALLED_PINS
+from patchset.api import GPU_PHYSICS_PINS, INSTALLED_PINS, PROJECT_ROOT
 
 from . import OfflineError
 

@@ -20,5 +20,11 @@ def cache_dir() -> Path:
 
 
 def embedded_tree() -> Path:
-    """The default UniLab tree made from the pinned sdist (PATCHSET_EMBEDDED_TREE moves it, e.g. for tests)."""
-    return Path(os.environ.get("PATCHSET_EMBEDDED_TREE", PROJECT_ROOT / "work" / "unilab-1.3.2"))
+    """The default UniLab tree made from the pinned sdist, ``work/unilab-<UNILAB_VERSION>``.
+
+    PATCHSET_EMBEDDED_TREE moves it (e.g. for tests).
+    """
+    from .pins import load_pins  # pins reads VERSIONS_FILE from this module
+
+    default = PROJECT_ROOT / "work" / f"unilab-{load_pins()['UNILAB_VERSION']}"
+    return Path(os.environ.get("PATCHSET_EMBEDDED_TREE", default))

@@ -1,0 +1,39 @@
+"""The applier's public API: what code outside scripts/patchset/ (experiments/, scripts/offline/) may use.
+
+Everything else in this package is internal. The pins and paths here are the project's single source:
+``VERSIONS.env`` through ``load_pins``, the embedded tree and the overlay through ``paths``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import PatchsetError
+from .fetch import file_sha256, pinned_artifact
+from .paths import OVERLAY_DIR, PROJECT_ROOT, VERSIONS_FILE, cache_dir, embedded_tree
+from .pins import GPU_PHYSICS_PINS, INSTALLED_PINS, load_pins
+
+__all__ = [
+    "GPU_PHYSICS_PINS", "INSTALLED_PINS", "OVERLAY_DIR", "PROJECT_ROOT", "VERSIONS_FILE", "PatchsetError", "cache_dir", "embedded_tree",
+    "extract_wheel_package", "file_sha256", "load_pins", "pinned_artifact", "status",
+]
+
+
+def extract_wheel_package(wheel: Path, package: str, dest: Path) -> None:
+    """Copy one top-level package out of a verified wheel, keeping file modes, into ``dest/<package>``."""
+    from .trees import extract_wheel_package as extract  # GitPython: only for callers that extract
+
+    extract(wheel, package, dest)
+
+
+def status(checkout: Path | None = None, overlay: Path | None = None) -> dict[str, Any]:
+    """What ``python -m patchset status --json`` prints for this checkout, as a JSON-like dict.
+
+    Raises PatchsetError (or OSError) with the applier's one-line message when it cannot answer.
+    """
+    from . import applier  # the applier proper: imported only by callers that ask for a status
+
+    opts = applier.Options(checkout=checkout, overlay=overlay.resolve() if overlay else None)
+    return json.loads(json.dumps(applier.status(opts).data, default=str))
