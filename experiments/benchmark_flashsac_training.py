@@ -470,7 +470,7 @@ def run(args: argparse.Namespace) -> int:
             "gpu": meta.get("gpu", parent_device["gpu"]),
             "capability": meta.get("capability", parent_device["capability"]),
             "torch": meta.get("torch", parent_device["torch"]),
-            "package_versions": {k: versions.get(k) for k in ("unilab", "unilab-rl", "unisim-core", "mujoco")},
+            "package_versions": {k: versions.get(k) for k in ("unilab", "unilab-rl", "unisim-core", "mujoco", "mujoco-warp", "warp-lang")},
             "flashsac_source": flashsac_source,
             "flashsac_source_expected": str(learner_path / "uni_rl") if learner_path else "installed (not overlay)",
             "flashsac_source_ok": ok_source,

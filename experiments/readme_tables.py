@@ -2,8 +2,9 @@
 """README's result tables, generated from the committed run JSONs (never typed by hand).
 
 A block in README.md (or a results folder's README.md) is delimited by ``<!-- table:KIND:FOLDER -->`` and ``<!-- /table -->``, where KIND is a
-table of ``bench_report`` (``throughput``, ``timings``, ``pace``) and FOLDER a results folder relative to
-the project root. ``python experiments/readme_tables.py`` rewrites every block of every such document from its folder;
+table of ``bench_report`` (``throughput``, ``timings``, ``pace``) or of ``mjwarp_report`` (``physics`` from run
+JSONs; ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER), and FOLDER a results folder
+relative to the project root. ``python experiments/readme_tables.py`` rewrites every block of every such document from its folder;
 ``--check`` exits 1, naming the first stale block, when a document and results disagree (the test suite runs it).
 """
 
@@ -19,20 +20,31 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_report  # noqa: E402
+import mjwarp_report  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
 TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
     "throughput": bench_report.throughput_table,
     "timings": bench_report.summary_table,
     "pace": bench_report.pace_table,
+    "physics": mjwarp_report.physics_table,
+}
+#: Tables made from a folder of study JSONs rather than bench runs.
+FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
+    "agreement": mjwarp_report.agreement_table,
+    "env-profile": mjwarp_report.profile_table,
 }
 BLOCK = re.compile(r"(<!-- table:(?P<kind>[\w-]+):(?P<folder>[^ ]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 
 def render(kind: str, folder: str, root: Path = PROJECT) -> str:
     """The table's Markdown from the runs under ``root/folder``; a missing kind or folder is an error."""
+    if kind in FOLDER_TABLES:
+        if not sorted((root / folder).glob("*.json")):
+            raise ValueError(f"no study JSON in {folder}")
+        return FOLDER_TABLES[kind](root / folder) + "\n"
     if kind not in TABLES:
-        raise ValueError(f"unknown table kind {kind!r} (known: {', '.join(TABLES)})")
+        raise ValueError(f"unknown table kind {kind!r} (known: {', '.join([*TABLES, *FOLDER_TABLES])})")
     runs = bench_report.load_runs(root / folder)
     if not runs:
         raise ValueError(f"no run JSON under {folder}")
