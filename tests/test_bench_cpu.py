@@ -26,6 +26,7 @@ EXPERIMENTS = PROJECT / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 
 import bench_configs  # noqa: E402
+import bench_driver  # noqa: E402
 import bench_env  # noqa: E402
 import bench_report  # noqa: E402
 import bench_stats  # noqa: E402
@@ -594,3 +595,48 @@ def test_default_paths_follow_the_pins() -> None:
     bad = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_env.py"), "path", "nope"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ GPU physics (MuJoCo Warp) in the bench
+
+def test_physics_alternate_with_the_configurations_and_references_stay_on_cpu_mujoco() -> None:
+    import bench_matrix
+
+    specs = bench_matrix.plan(["upstream-1.4.0", "patched-default"], ["report"], repeats=2, schedules=[2],
+                              sims=["mujoco", "mjwarp"])
+    assert [(s.config, s.sim) for s in specs] == [
+        ("upstream-1.4.0", "mujoco"), ("patched-default", "mujoco"), ("patched-default", "mjwarp"),
+        ("patched-default", "mjwarp"), ("patched-default", "mujoco"), ("upstream-1.4.0", "mujoco"),
+    ]
+    argv = bench_driver.single_run_argv(specs[2], common=[], output=Path("/o.json"), run_dir=Path("/r"))
+    assert argv[argv.index("--backend") + 1] == "mjwarp"
+    args = single.parse_args(["--unilab-root", "/x", "--backend", "mjwarp", "--config", "patched-default"])
+    assert f"task={args.task}/mjwarp" in single.hydra_overrides(args, Path("/logs"))
+    with pytest.raises(SystemExit):
+        single.parse_args(["--unilab-root", "/x", "--backend", "mjwarpp"])
+
+
+def test_mjwarp_runs_get_their_own_rows_and_the_physics_table_sets_them_side_by_side() -> None:
+    import mjwarp_report
+
+    runs = bench_report.load_runs(PROJECT / "results" / "h200-2026-12-01-s5" / "bench")
+    rows = {bench_report.run_key(r) for r in runs}
+    assert {"patched-default", "patched-default @mjwarp"} <= rows
+    table = mjwarp_report.physics_table(runs)
+    mjwarp_rows = [line for line in table.splitlines() if "MuJoCo Warp (GPU)" in line]
+    assert len(mjwarp_rows) == 2  # report 2/1/1 and UniLab's defaults
+    # the ratio is CPU MuJoCo's mean wall over MJWarp's, from the same setting's two runs
+    wall = {r["backend"]: r["wall_per_iter_ms"]["mean_ms"] for r in runs
+            if r["config"] == "patched-default" and r["setting"] == "unilab-default"}
+    ratio = next(line for line in mjwarp_rows if "unilab-default" in line).rstrip(" |").split("|")[-1].strip()
+    assert ratio == f"{wall['mujoco'] / wall['mjwarp']:.2f}×"
+    # Negative control: without the CPU MuJoCo run of a setting there is no pair, so no row for it.
+    alone = [r for r in runs if not (r["setting"] == "unilab-default" and r["backend"] == "mujoco")]
+    assert sum("MuJoCo Warp (GPU)" in line for line in mjwarp_report.physics_table(alone).splitlines()) == 1
+
+
+def test_mjwarp_runs_compare_the_gpu_physics_pins_and_cpu_runs_do_not() -> None:
+    pins = {"TORCH_VERSION": "2.11.0", "MUJOCO_WARP_VERSION": "3.11.0", "WARP_LANG_VERSION": "1.16.0"}
+    found = {"torch": "2.11.0", "mujoco-warp": "3.11.0", "warp-lang": "1.15.0"}
+    assert bench_env.version_drift(found, pins, sim="mjwarp") == {"warp-lang": {"pinned": "1.16.0", "found": "1.15.0"}}
+    assert bench_env.version_drift({**found, "warp-lang": None}, pins) == {}
