@@ -18,6 +18,8 @@ import bench_report
 #: The env's own per-step timings shown by the profile table (``info["timing"]`` keys, ms per env step).
 PROFILE_PHASES = (
     ("backend_physics_ms", "physics"),
+    ("backend_control_upload_ms", "actions to GPU"),
+    ("backend_host_cache_refresh_ms", "state to host"),
     ("update_state_ms", "state refresh"),
     ("reset_done_ms", "reset"),
     ("set_state_reset_rand_ms", "reset: model writes"),
