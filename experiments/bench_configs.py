@@ -6,7 +6,7 @@ arguments of the numerics and replay-stability studies (``learner_switches``), t
 (``python3 experiments/bench_configs.py list evidence``) and the tests. To add a configuration, add one
 ``BenchConfig`` to ``CONFIGS`` (and its name to ``MATRIX_CONFIGS`` if ``make bench`` should run it).
 
-One name per feature: the learner switch ``use_whole_cycle_cuda_graph`` (patches 0008-0010, one CUDA graph replay
+One name per feature: the learner switch ``use_whole_cycle_cuda_graph`` (patches 0011-0013, one CUDA graph replay
 per runner iteration) is the *whole-cycle graph* in configuration names (``whole-cycle-graph``), labels,
 study names (``whole_cycle_graph``) and the README. Runs committed before the rename name it
 ``iteration-graph``: ``canonical_name`` reads them (``LEGACY_NAMES``).
@@ -35,7 +35,7 @@ ALGO_PARAMS = "algo.algo_params"
 #: The patched config's switch for the whole-cycle graph. A configuration that sets it is run only
 #: when the UniLab tree's flashsac config.yaml carries this key (the learner patch is in the series).
 WHOLE_CYCLE_GRAPH_KEY = f"{ALGO_PARAMS}.use_whole_cycle_cuda_graph"
-#: The patched config's switch for the collector's inference through a CUDA graph (patch 0012).
+#: The patched config's switch for the collector's inference through a CUDA graph (patch 0015).
 INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
 #: The patched config's single-rank CPU split (unilab patch 0002): CPUs kept for the learner.
 LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"

@@ -29,7 +29,7 @@ trap 'tar czf "$OUT/evidence.tgz" -C "$work" .' EXIT
 bash experiments/device_bench.sh install || exit 1
 export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
   PYTHONUNBUFFERED=1
-# The warm-up's compile artifacts (uni_rl 0016) go into the archive; a carried .compile-cache/ (an earlier
+# The warm-up's compile artifacts (uni_rl 0019) go into the archive; a carried .compile-cache/ (an earlier
 # call's, same GPU and torch) is loaded first, as a user copies them to a new machine.
 export FLASHSAC_COMPILE_CACHE_DIR=$work/compile-cache
 mkdir -p "$FLASHSAC_COMPILE_CACHE_DIR"

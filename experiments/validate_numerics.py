@@ -126,8 +126,8 @@ TIER_A_SNAPSHOT = "2:critic"
 # target update), which the baseline, without the probe, offers for the critic.
 FIRST_CRITIC_SNAPSHOT = "0:actor"
 GPU_LEARNER_KWARGS = {"actor_hidden_dim": 128, "critic_hidden_dim": 256}
-# One bad batch, then clean ones (patch 0013), in a run resumed from a CPU learner's
-# checkpoint (patch 0014). ``poison``: NaN/Inf in one field of one update's batch, which
+# One bad batch, then clean ones (patch 0016), in a run resumed from a CPU learner's
+# checkpoint (patch 0017). ``poison``: NaN/Inf in one field of one update's batch, which
 # every path reads (the whole-cycle graph takes the batch as the runner hands it): an
 # observation at the first update of iteration 2 (skips that iteration's actor and
 # temperature steps) and a critic input at the first update of iteration 4 (skips a
@@ -179,7 +179,7 @@ def _state_of(learner: Any) -> dict[str, Any]:
 
 
 def _whole_cycle(learner: Any) -> bool:
-    """Whether the learner runs each iteration as one CUDA graph replay (patches 0008-0010)."""
+    """Whether the learner runs each iteration as one CUDA graph replay (patches 0011-0013)."""
     return bool(getattr(learner, "use_whole_cycle_cuda_graph", False))
 
 
@@ -1143,7 +1143,7 @@ def injection_report(
     Snapshots are taken before updates, so "before critic 10" is the state right after
     critic step 9 and its target update, and "before critic 15" the state after actor
     step 14. Each poisoned step must leave its side bitwise unchanged: parameters,
-    optimizer state and the BatchNorm running statistics its forward moved (patch 0013;
+    optimizer state and the BatchNorm running statistics its forward moved (patch 0016;
     the scheduler still advances the learning rate). The temperature step sees a finite
     loss and proceeds.
     """
@@ -1216,7 +1216,7 @@ def expected_recovery_skips(
 def recovery_report(
     results: dict[str, Any], updates_per_step: int, policy_frequency: int = 2
 ) -> dict[str, Any]:
-    """Gate: one bad batch costs only its own steps, on every path run (patch 0013).
+    """Gate: one bad batch costs only its own steps, on every path run (patch 0016).
 
     Per run of ``ROBUSTNESS_CONFIG``: the poisoned iterations skip exactly the steps the
     poison reaches and every other iteration skips none (a learner left with NaN running
@@ -1267,7 +1267,7 @@ def _rates_close(a: list[float], b: list[float]) -> bool:
 
 
 def checkpoint_report(results: dict[str, Any]) -> dict[str, Any]:
-    """Gate: a CPU learner's checkpoint (float rates) keeps the graph paths working (patch 0014).
+    """Gate: a CPU learner's checkpoint (float rates) keeps the graph paths working (patch 0017).
 
     Per run of ``ROBUSTNESS_CONFIG``: the loaded rates are the checkpoint's; on the graph
     paths they are still the device tensors the graphs read (the same objects), elsewhere

@@ -236,7 +236,7 @@ def test_finite_guard_skip_leaves_parameters_unchanged(patched_uni_rl_root: Path
         recovered = state(l)
         weights = ("critic.", "target_critic.", "critic_optimizer.")
         print(json.dumps({
-            # Running statistics included (patch 0013): a skipped step leaves all of it.
+            # Running statistics included (patch 0016): a skipped step leaves all of it.
             "critic_unchanged": same(before, after_critic, weights),
             "critic_skip_rate": bad_critic["critic_skip_rate"],
             "actor_unchanged": same(after_critic, after_actor, ("actor.", "actor_optimizer.")),
@@ -259,7 +259,7 @@ def test_finite_guard_skip_leaves_parameters_unchanged(patched_uni_rl_root: Path
     }
 
 
-# One NaN in one replayed field, then clean batches (patch 0013). Run per field: which
+# One NaN in one replayed field, then clean batches (patch 0016). Run per field: which
 # steps the poison skips, whether the skipped steps left every piece of state (running
 # statistics included) bitwise as it was, and whether the next clean batch trains.
 RECOVERY = """
@@ -276,7 +276,7 @@ def recovery(fields, disable_restore=False, **switches):
     out = {}
     for field in fields:
         l = learner(finite_guard=True, deferred_metrics=True, **switches)
-        if disable_restore:  # negative control: the guard as it was before patch 0013
+        if disable_restore:  # negative control: the guard as it was before patch 0016
             l._guarded_restore_statistics = lambda *args: None
         cycle(l, batch(1)); cycle(l, batch(2))
         before = state(l)
@@ -327,7 +327,7 @@ def _assert_recovered(result: dict[str, Any], fields: tuple[str, ...]) -> None:
 def test_one_bad_batch_does_not_stop_learning(patched_uni_rl_root: Path) -> None:
     """Per-update path on CPU: each poisoned field skips its steps, leaves all state, then training resumes.
 
-    Negative control: with the statistics restore disabled (the guard before patch 0013) the
+    Negative control: with the statistics restore disabled (the guard before patch 0016) the
     same NaN observation leaves NaN running statistics, the actor step is skipped on every
     later clean batch and the collector's actions are NaN.
     """
@@ -364,7 +364,7 @@ def test_one_bad_batch_does_not_stop_learning_compiled(patched_uni_rl_root: Path
     _assert_recovered(result, fields)
 
 
-# Checkpoints across versions and devices (patch 0014). ``device_rates`` gives the learner
+# Checkpoints across versions and devices (patch 0017). ``device_rates`` gives the learner
 # the CUDA graph paths' learning rates, 0-d tensors that the schedulers fill in place and
 # captured graphs read (FlashSACLearner._use_device_learning_rates, which the constructor
 # calls on CUDA with manual or whole-cycle graphs); on the CPU they are CPU tensors.
@@ -449,7 +449,7 @@ print(json.dumps({{
     assert patched["resumed_equal"] is True
     assert patched["saved_types"] == ["float"]
     assert patched["raw_state_dict_types"] == ["Tensor"]  # what a raw save would write
-    assert patched["torch_load_keeps_tensor"] is False  # the defect that 0014 works around
+    assert patched["torch_load_keeps_tensor"] is False  # the defect that 0017 works around
     back = run_snippet(pristine_uni_rl_root, CHECKPOINT + f"""
 l = make()
 l.load_state_dict(torch.load({str(new)!r}, weights_only=True))  # CPU tensors and floats only
@@ -526,7 +526,7 @@ def test_warm_up_restores_every_piece_of_state(patched_uni_rl_root: Path) -> Non
 
 
 def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_rl_root: Path) -> None:
-    """0011: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool."""
+    """0014: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool."""
     result = run_snippet(
         patched_uni_rl_root,
         """

@@ -140,7 +140,7 @@ def test_tampered_targets() -> None:
         by_file.setdefault(path, set()).add(verdict)
     assert by_file.pop(NORMALIZATION) == {CONFLICTS}
     assert by_file.pop(LEARNER) == {OFFSET}
-    assert by_file.pop(DEFERRED) == {CONFLICTS}  # created by patch 0003, extended by 0009: both conflict
+    assert by_file.pop(DEFERRED) == {CONFLICTS}  # created by patch 0003, extended by 0012: both conflict
     assert set().union(*by_file.values()) == {APPLIES}
 
     missing = verdicts(classify("uni_rl", pinned_uni_rl({NORMALIZATION: None})))

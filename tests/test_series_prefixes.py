@@ -3,13 +3,17 @@
 For each k, the first k patches are planned exactly over the pristine pinned trees; each distinct uni_rl (and
 unisim) prefix is written out and, in a child process forked from one interpreter that imported torch once
 (cheap), its patched modules are imported and the learner's CPU smoke test runs (critic, actor and target
-updates give finite metrics). tests/data/split-0003-0007.json records the fully applied trees of the series
-the split replaced; the split patches must give exactly those trees, and dropping any one of them must not.
+updates give finite metrics), with its switches off and then with finite_guard and deferred_metrics on where
+the prefix has them; every run must end with the parameters and statistics of unpatched 1.3.2, bit for bit
+(a negative control, the full series whose actor loss no longer detaches the temperature, must not).
+tests/data/split-0003-0007.json records the fully applied trees of the series the split replaced; the split
+patches must give exactly those trees, and dropping any one of them must not.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,19 +47,35 @@ for root in roots:
             for extra in ("uni_rl.algos.common.deferred_metrics", "uni_rl.algos.common.update_schedule"):
                 if os.path.exists(os.path.join(root, *extra.split(".")) + ".py"):
                     importlib.import_module(extra)
+            import hashlib, inspect
             from uni_rl.algos.flash_sac.learner import FlashSACLearner
-            torch.manual_seed(0)
-            l = FlashSACLearner(obs_dim=12, action_dim=4, critic_obs_dim=16, actor_hidden_dim=32, critic_hidden_dim=64)
-            g = torch.Generator().manual_seed(1)
-            for _ in range(2):
-                b = {"obs": torch.randn(32, 12, generator=g), "next_obs": torch.randn(32, 12, generator=g),
-                     "actions": torch.rand(32, 4, generator=g) * 2 - 1, "rewards": torch.randn(32, generator=g),
-                     "dones": torch.zeros(32), "truncated": torch.zeros(32),
-                     "critic": torch.randn(32, 16, generator=g), "next_critic": torch.randn(32, 16, generator=g)}
-                metrics = {**l.update_critic(b), **l.update_actor(b)}
-                l.soft_update_target()
-                assert metrics and all(math.isfinite(v) for v in metrics.values()), metrics
-            print(root, "ok", flush=True)
+            # Switches off, then every CPU switch this prefix's learner has turned on.
+            params = inspect.signature(FlashSACLearner.__init__).parameters
+            digests = []
+            for switches in ({}, {k: True for k in ("finite_guard", "deferred_metrics") if k in params}):
+                torch.manual_seed(0)
+                l = FlashSACLearner(obs_dim=12, action_dim=4, critic_obs_dim=16, actor_hidden_dim=32,
+                                    critic_hidden_dim=64, **switches)
+                g = torch.Generator().manual_seed(1)
+                for _ in range(2):
+                    b = {"obs": torch.randn(32, 12, generator=g), "next_obs": torch.randn(32, 12, generator=g),
+                         "actions": torch.rand(32, 4, generator=g) * 2 - 1, "rewards": torch.randn(32, generator=g),
+                         "dones": torch.zeros(32), "truncated": torch.zeros(32),
+                         "critic": torch.randn(32, 16, generator=g), "next_critic": torch.randn(32, 16, generator=g)}
+                    metrics = {**l.update_critic(b), **l.update_actor(b)}
+                    l.soft_update_target()
+                    if switches.get("deferred_metrics"):
+                        assert not metrics, metrics
+                        metrics = l.read_deferred_metrics()
+                    assert metrics and all(math.isfinite(v) for v in metrics.values()), metrics
+                    if switches.get("finite_guard"):
+                        assert metrics["critic_skip_rate"] == metrics["actor_skip_rate"] == 0.0, metrics
+                h = hashlib.sha256()
+                for module in (l.actor, l.critic, l.target_critic, l.temperature):
+                    for tensor in (*module.parameters(), *module.buffers()):
+                        h.update(tensor.detach().contiguous().numpy().tobytes())
+                digests.append(h.hexdigest()[:16])
+            print(root, " ".join(digests), "ok", flush=True)
             os._exit(0)
         except BaseException as exc:
             print(root, "error", type(exc).__name__, str(exc)[:300].replace("\n", " "), flush=True)
@@ -90,10 +110,25 @@ def test_every_prefix_applies_imports_and_trains_on_cpu(tmp_path: Path, trees: d
         root = tmp_path / f"prefix-{k:02d}"
         _write(root, files)
         roots.append(str(root))
-    proc = subprocess.run([sys.executable, "-c", CHILD, *roots], capture_output=True, text=True, timeout=900,
-                          check=False)
+    # Negative control: the whole series with the actor loss's temperature no longer detached (the one
+    # backward through actor and temperature losses relies on it) still trains, but no longer like 1.3.2.
+    negative = tmp_path / "negative-temperature-not-detached"
+    shutil.copytree(roots[-1], negative)
+    learner = negative / "uni_rl" / "algos" / "flash_sac" / "learner.py"
+    source = learner.read_text()
+    detached = "actor_loss = (temp_value.detach() * log_probs - min_q).mean()"
+    assert source.count(detached) == 1
+    learner.write_text(source.replace(detached, detached.replace(".detach()", "")))
+    proc = subprocess.run([sys.executable, "-c", CHILD, *roots, str(negative)], capture_output=True, text=True,
+                          timeout=900, check=False)
     lines = proc.stdout.strip().splitlines()
-    assert len(lines) == len(roots) and all(line.endswith(" ok") for line in lines), proc.stdout + proc.stderr[-2000:]
+    assert len(lines) == len(roots) + 1 and all(line.endswith(" ok") for line in lines), (
+        proc.stdout + proc.stderr[-2000:])
+    # Every switch is off by default and finite_guard/deferred_metrics change nothing on finite data: each
+    # prefix, switches off or on, trains to exactly the parameters (and statistics) of unpatched 1.3.2 (k = 0).
+    digests = {d for line in lines[:-1] for d in line.split()[1:-1]}
+    assert len(digests) == 1, proc.stdout
+    assert not digests & set(lines[-1].split()[1:-1]), proc.stdout
 
 
 def test_split_changes_no_applied_byte(trees: dict) -> None:

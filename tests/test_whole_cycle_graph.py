@@ -1,4 +1,4 @@
-"""CPU tests of the whole-cycle CUDA graph switch (patches/uni_rl/0008-0010).
+"""CPU tests of the whole-cycle CUDA graph switch (patches/uni_rl/0011-0013).
 
 The graph itself needs a GPU (experiments/validate_numerics.py and
 validate_replay_stability.py check it there). What the CPU can check: the switch and its
@@ -375,7 +375,7 @@ def test_deferred_rows_append_as_per_update_records(patched_uni_rl_root: Path) -
 def test_inference_policy_hands_the_actor_its_forward_and_stays_eager_without_cuda(
     patched_uni_rl_root: Path,
 ) -> None:
-    """0012: explore with a precomputed forward equals explore; on CPU the switch warns once and turns off."""
+    """0015: explore with a precomputed forward equals explore; on CPU the switch warns once and turns off."""
     result = run_snippet(
         patched_uni_rl_root,
         """
