@@ -526,7 +526,13 @@ def test_warm_up_restores_every_piece_of_state(patched_uni_rl_root: Path) -> Non
 
 
 def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_rl_root: Path) -> None:
-    """0011: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool."""
+    """0011: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool.
+
+    The pool itself is run here. That the runner's warm-up enters it stays a source check
+    of ``_warm_up_learner`` (GPU-only behaviour): the runner refuses a CPU learner device,
+    and on CPU the learner turns ``use_compile`` off, so the warm-up returns before it
+    would compile anything; the H200 runs log its compile workers at the warm-up.
+    """
     result = run_snippet(
         patched_uni_rl_root,
         """
@@ -598,7 +604,14 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
 
 
 def test_builder_reads_switches_with_1_3_2_defaults(patched_uni_rl_root: Path) -> None:
-    """A config without the keys must still build: each key is read with .get(key, False)."""
+    """A config without the keys must still build: each key is read with .get(key, False).
+
+    A source check (an AST scan of the builder's ``.get`` calls) because building is
+    GPU-only: ``build_flashsac_double_buffer_runner`` refuses a CPU learner device in its
+    first line and builds an environment and the runner's device replay before returning.
+    What the learner does with each switch off is checked by running it (below, and the
+    numerics CPU mode: switches off is bitwise 1.3.2).
+    """
     source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
     reads = {}
     for node in ast.walk(ast.parse(source)):

@@ -86,6 +86,9 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
 
 
 def test_builder_and_learner_read_the_switch(patched_uni_rl_root: Path) -> None:
+    """The builder reads the switch with default off (a source check: building is GPU-only,
+    see test_learner_patches.py::test_builder_reads_switches_with_1_3_2_defaults); the
+    learner takes it as an argument, default off (run)."""
     source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
     reads = {
         node.args[0].value: ast.literal_eval(node.args[1])
@@ -256,7 +259,13 @@ def test_schedule_equals_the_runner_loop(patched_uni_rl_root: Path, updates_per_
 
 
 def test_runner_loop_executes_the_shared_schedule(patched_uni_rl_root: Path) -> None:
-    """The runner's per-update loop and the iteration call both take ``update_schedule``."""
+    """The runner's per-update loop and the iteration call both take ``update_schedule``.
+
+    A source check (AST) because ``DoubleBufferOffPolicyRunner.learn`` is GPU-only: the
+    runner refuses a CPU learner device, and its loop needs the collector process and the
+    device replay. The schedule it executes is checked by running it (the tests above
+    and below: the 1.3.2 call order, the staged rates).
+    """
     source = (patched_uni_rl_root / "uni_rl/offpolicy/double_buffer_runner.py").read_text()
     tree = ast.parse(source)
     loops_over_updates = [
@@ -473,7 +482,12 @@ def test_runner_serves_inference_through_the_learners_policy(
 def test_inference_switch_builder_default_off_tree_default_on(
     patched_uni_rl_root: Path, patched_unilab_root: Path
 ) -> None:
-    """A config without use_cuda_graph_inference keeps 1.3.2's eager forward; the patched tree turns it on."""
+    """A config without use_cuda_graph_inference keeps 1.3.2's eager forward; the patched tree turns it on.
+
+    The builder's default is a source check (building is GPU-only, see
+    test_learner_patches.py::test_builder_reads_switches_with_1_3_2_defaults); the tree's
+    default is read through Hydra as the trainer reads it.
+    """
     from hydra import compose, initialize_config_dir
 
     source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
