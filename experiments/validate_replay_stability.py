@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import platform
@@ -43,13 +44,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_configs  # noqa: E402  (the configuration table)
 import bench_env  # noqa: E402  (VERSIONS.env, drift: one reader for the whole project)
-DIMS = {"obs_dim": 24, "critic_obs_dim": 30, "action_dim": 6}
+import learner_study  # noqa: E402  (the learner, batches and update loop shared with validate_numerics)
+from replay_tracking import TRACKING_MEDIAN_TOL, TRACKING_TOL, parameters_of, tracking_errors  # noqa: E402
+
 LEARNER_KWARGS: dict[str, Any] = {
-    "gamma": 0.97,
-    "tau": 0.01,
-    "actor_hidden_dim": 128,
-    "critic_hidden_dim": 256,
-    "num_atoms": 101,
+    **learner_study.BASE_LEARNER_KWARGS,
+    **learner_study.GPU_HIDDEN_DIMS,
     "finite_guard": True,
     "deferred_metrics": True,
     "learning_rate_init": 1e-4,
@@ -67,49 +67,20 @@ BATCH_POOL = 16
 DELAYED_READ_EVERY = 50
 METRIC_REL_TOL = 1e-3
 METRIC_ABS_FLOOR = 1e-3
-#: One iteration's rounding, graph path vs eager from the same state (tracking_errors),
-#: gated at every iteration. The whole step and the Adam moments also move discretely:
-#: where the two critics' values of a sample are within rounding of each other, the
-#: minimum picks the other critic and that sample's gradient changes path (1 of 256
-#: samples: a few 1e-3 of the step); on the H200 ~7 % of iterations showed such a flip,
-#: the largest 1.1e-2 (step) and 2.1e-2 (moments), medians 6.5e-5 and 3e-6. So those two
-#: are gated per iteration only against a broken iteration (a stale batch or a skipped
-#: update moves them by ~1) and, for systematic errors, by their median over the run
-#: (TRACKING_MEDIAN_TOL): a stale learning rate shifts every iteration's step by the
-#: schedule's per-step change, 1e-3 or more here (5e-3 in the warm-up).
-TRACKING_TOL = {"parameters": 1e-3, "batchnorm": 1e-3, "update": 5e-2, "optimizer": 5e-2}
-TRACKING_MEDIAN_TOL = {"update": 5e-4, "optimizer": 5e-4}
-BN_EPS = 1e-5
-PARAM_NORM_FLOOR = 1.0
 
 
 def make_batches(torch: Any, device: str) -> list[dict[str, Any]]:
+    """The pool of batches the iterations cycle through (seeded: the same every run)."""
     generator = torch.Generator().manual_seed(99)
-    batches = []
-    for _ in range(BATCH_POOL * UPDATES_PER_STEP):
-
-        def randn(*shape: int) -> Any:
-            return torch.randn(*shape, generator=generator)
-
-        batch = {
-            "obs": randn(BATCH_SIZE, DIMS["obs_dim"]),
-            "next_obs": randn(BATCH_SIZE, DIMS["obs_dim"]),
-            "actions": torch.tanh(randn(BATCH_SIZE, DIMS["action_dim"])),
-            "rewards": randn(BATCH_SIZE) * 0.5 + 0.2,
-            "dones": (torch.rand(BATCH_SIZE, generator=generator) < 0.05).float(),
-            "truncated": (torch.rand(BATCH_SIZE, generator=generator) < 0.02).float(),
-            "critic": randn(BATCH_SIZE, DIMS["critic_obs_dim"]),
-            "next_critic": randn(BATCH_SIZE, DIMS["critic_obs_dim"]),
-        }
-        batches.append({k: v.to(device) for k, v in batch.items()})
-    return batches
+    return [
+        {k: v.to(device) for k, v in learner_study.random_batch(torch, generator, BATCH_SIZE).items()}
+        for _ in range(BATCH_POOL * UPDATES_PER_STEP)
+    ]
 
 
 def iteration_schedule() -> Any:
     """The runner's update schedule of one iteration (imported from the patched root)."""
-    from uni_rl.algos.common.update_schedule import iteration_update_schedule
-
-    return iteration_update_schedule(UPDATES_PER_STEP, POLICY_FREQUENCY)
+    return learner_study.runner_schedule(UPDATES_PER_STEP, POLICY_FREQUENCY)
 
 
 def run_updates(learner: Any, batches: list[dict[str, Any]], peeks: list[Any] | None) -> None:
@@ -118,34 +89,24 @@ def run_updates(learner: Any, batches: list[dict[str, Any]], peeks: list[Any] | 
     With ``peeks``, a device copy of each freshly written metrics row is kept.
     """
     buffer = learner._metrics_buffer
-    if getattr(learner, "use_whole_cycle_cuda_graph", False):
-        import torch
-
-        schedule = iteration_schedule()
-        large = {key: torch.cat([batch[key] for batch in batches]) for key in batches[0]}
-        learner.update_iteration(large, batch_size=BATCH_SIZE, schedule=schedule)
+    if learner_study.whole_cycle(learner):
+        learner_study.run_iteration(learner, batches, POLICY_FREQUENCY, read_metrics=False)
         if peeks is not None:
+            schedule = iteration_schedule()
             for group in ("critic", "actor"):
                 pending = buffer.pending(group)
                 written = sum(update.kind == group for update in schedule)
                 for row in range(pending.shape[0] - written, pending.shape[0]):
                     peeks.append((group, pending[row : row + 1]))
         return
-    for update_idx, batch in enumerate(batches):
-        if learner.use_cuda_graph_critic:
-            learner.update_critic_cuda_graph(batch, read_metrics=False)
-        else:
-            learner.update_critic(batch)
-        if peeks is not None:
-            peeks.append(("critic", buffer.pending("critic")[-1:]))
-        if update_idx % POLICY_FREQUENCY == 0:
-            if learner.use_cuda_graph_actor:
-                learner.update_actor_cuda_graph(batch, read_metrics=False)
-            else:
-                learner.update_actor(batch)
-            if peeks is not None:
-                peeks.append(("actor", buffer.pending("actor")[-1:]))
-        learner.soft_update_target()
+
+    def peek(update_idx: int, group: str) -> None:
+        assert peeks is not None
+        peeks.append((group, buffer.pending(group)[-1:]))
+
+    learner_study.run_iteration(
+        learner, batches, POLICY_FREQUENCY, read_metrics=False, after=peek if peeks is not None else None
+    )
 
 
 def expected_from_peeks(learner: Any, peeks: list[Any]) -> dict[str, float]:
@@ -162,160 +123,44 @@ def expected_from_peeks(learner: Any, peeks: list[Any]) -> dict[str, float]:
     return expected
 
 
-def parameters_of(learner: Any) -> dict[str, Any]:
-    """Every trainable tensor of the learner, detached copies, by a stable name."""
-    return {
-        f"{module}.{key}": value.detach().float().clone()
-        for module in ("actor", "critic", "temperature")
-        for key, value in getattr(learner, module).named_parameters()
-    }
+@dataclasses.dataclass
+class _Tally:
+    """What one path's run accumulates over its iterations (the report is made from it)."""
 
-
-def tracking_errors(
-    torch: Any, before: dict[str, Any], reference: Any, candidate: Any
-) -> dict[str, tuple[float, str]]:
-    """Worst difference of one iteration, graph path vs eager, per kind (see TRACKING_TOL).
-
-    Both learners start the iteration from the same state (``before`` holds its
-    parameters), so every difference is the rounding of that one iteration.
-    ``parameters``: per tensor ||a - b|| / max(||a||, 1), modules' parameters and buffers
-    except BatchNorm statistics (the floor keeps zero-initialized biases, whose norm is a
-    few steps of size lr, from turning rounding into a large ratio).
-    ``batchnorm``: running statistics in the units of the batch statistics that move
-    them (|d mean| / sqrt(var + eps), |d var| / (var + eps), worst channel): a running
-    mean that starts at zero has a rounding-noise norm, so its relative difference is
-    ~1 for a one-ulp change (iteration 0 of the first H200 run showed 0.76).
-    ``update``: the iteration's whole parameter step, ||d_a - d_b|| / ||d_a|| over all
-    parameters: a learning rate off by the schedule's per-step change (~0.5 % here)
-    moves it by ~3e-3 while per-tensor parameter differences stay ~1e-5 (CPU check in
-    tests/test_whole_cycle_graph.py).
-    ``optimizer``: per optimizer, the Adam moments concatenated; per tensor they are not
-    comparable, since a bias whose gradient is a batch sum that cancels has relative
-    rounding of any size (per-tensor exp_avg differences up to 4e-3 were measured).
-    """
-    worst: dict[str, tuple[float, str]] = {}
-
-    def note(kind: str, value: float, entry: str) -> None:
-        if kind not in worst or value > worst[kind][0] or not math.isfinite(value):
-            worst[kind] = (value if math.isfinite(value) else math.inf, entry)
-
-    def rel(a: Any, b: Any) -> float:
-        scale = float(torch.linalg.vector_norm(a))
-        diff = float(torch.linalg.vector_norm(a - b))
-        return diff / scale if scale > 0 else diff
-
-    for module in ("actor", "critic", "target_critic", "temperature"):
-        ref_state = getattr(reference, module).state_dict()
-        cand_state = getattr(candidate, module).state_dict()
-        for key, value in ref_state.items():
-            if not value.is_floating_point():
-                continue
-            a, b = value.float(), cand_state[key].float()
-            name = f"{module}.{key}"
-            if key.endswith("running_mean"):
-                var = ref_state[key[: -len("mean")] + "var"].float()
-                note("batchnorm", float(((a - b).abs() / (var + BN_EPS).sqrt()).max()), name)
-            elif key.endswith("running_var"):
-                note("batchnorm", float(((a - b).abs() / (a + BN_EPS)).max()), name)
-            else:
-                scale = max(float(torch.linalg.vector_norm(a)), PARAM_NORM_FLOOR)
-                note("parameters", float(torch.linalg.vector_norm(a - b)) / scale, name)
-    after_ref, after_cand = parameters_of(reference), parameters_of(candidate)
-    step_ref = torch.cat([(after_ref[k] - before[k]).flatten() for k in before])
-    step_cand = torch.cat([(after_cand[k] - before[k]).flatten() for k in before])
-    note("update", rel(step_ref, step_cand), "all parameters")
-    for name in ("actor_optimizer", "critic_optimizer", "temperature_optimizer"):
-        ref_opt, cand_opt = getattr(reference, name), getattr(candidate, name)
-        pairs = zip(ref_opt.param_groups[0]["params"], cand_opt.param_groups[0]["params"], strict=True)
-        ref_m, cand_m = [], []
-        for p_ref, p_cand in pairs:
-            for moment in ("exp_avg", "exp_avg_sq"):
-                ref_m.append(ref_opt.state[p_ref][moment].float().flatten())
-                cand_m.append(cand_opt.state[p_cand][moment].float().flatten())
-        note("optimizer", rel(torch.cat(ref_m), torch.cat(cand_m)), name)
-    return worst
+    own_iteration_failures: list[str] = dataclasses.field(default_factory=list)
+    tracking_failures: list[str] = dataclasses.field(default_factory=list)
+    worst_metric: tuple[float, str] = (0.0, "")
+    worst_state: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
+    errors_by_kind: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    delayed_reads: int = 0
+    iteration_ms: list[float] = dataclasses.field(default_factory=list)
+    lrs: list[float] = dataclasses.field(default_factory=list)
 
 
 def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dict[str, Any]:
+    """One graph path over ``iterations`` runner iterations, each tracked against eager (module docstring)."""
     from torch._dynamo.utils import counters
 
     def build(**switches: Any) -> Any:
-        torch.manual_seed(11)
-        torch.cuda.manual_seed_all(11)
-        kwargs = dict(LEARNER_KWARGS, **DIMS, **switches)
-        return learner_module.FlashSACLearner(device="cuda", **kwargs)
+        return learner_study.build_learner(learner_module, "cuda", 11, dict(LEARNER_KWARGS, **switches))
 
     learner = build(**PATHS[name])
     reference = build()
     batches = make_batches(torch, "cuda")
     dry = {k: torch.zeros_like(v) for k, v in batches[0].items()}
     warm_start = time.perf_counter()
-    if learner.use_whole_cycle_cuda_graph:
-        # As the runner warms it: whole dry iterations, so the graph is captured here.
-        learner.warm_up(
-            dry,
-            inference_obs=dry["obs"],
-            iteration_batch={k: torch.cat([v] * UPDATES_PER_STEP) for k, v in dry.items()},
-            schedule=iteration_schedule(),
-        )
-    else:
-        learner.warm_up(dry, inference_obs=dry["obs"])
+    learner_study.warm_up(learner, dry, UPDATES_PER_STEP, POLICY_FREQUENCY)
     warm_up_seconds = time.perf_counter() - warm_start
     graphs_after_warm_up = int(counters["stats"]["unique_graphs"])
     inductor_after_warm_up = dict(counters["inductor"])
 
     reward_generator = torch.Generator(device="cuda").manual_seed(5)
-    own_iteration_failures: list[str] = []
-    tracking_failures: list[str] = []
-    worst_metric = (0.0, "")
-    worst_state: dict[str, tuple[float, str]] = {}
-    errors_by_kind: dict[str, list[float]] = {}
-    delayed_reads = 0
-    iteration_ms: list[float] = []
-    lrs: list[float] = []
+    tally = _Tally()
     iteration = 0
     while iteration < iterations:
         span = 2 if iteration % DELAYED_READ_EVERY == DELAYED_READ_EVERY - 2 else 1
         span = min(span, iterations - iteration)
-        peeks: list[Any] = []
-        reference_metrics: list[dict[str, float]] = []
-        for offset in range(span):
-            slot = (iteration + offset) % BATCH_POOL
-            chunk = batches[slot * UPDATES_PER_STEP : (slot + 1) * UPDATES_PER_STEP]
-            rewards = torch.randn(2, 64, device="cuda", generator=reward_generator)
-            dones = (torch.rand(2, 64, device="cuda", generator=reward_generator) < 0.05).float()
-            reference.load_state_dict(copy.deepcopy(learner.get_state_dict()))
-            before = parameters_of(learner)
-            for model in (learner, reference):
-                model.update_reward_stats(rewards, dones)
-            rng_state = (torch.random.get_rng_state(), torch.cuda.get_rng_state())
-            start = time.perf_counter()
-            run_updates(learner, chunk, peeks)
-            torch.cuda.synchronize()
-            iteration_ms.append((time.perf_counter() - start) * 1e3)
-            torch.random.set_rng_state(rng_state[0])
-            torch.cuda.set_rng_state(rng_state[1])
-            run_updates(reference, chunk, None)
-            reference_metrics.append(reference.read_deferred_metrics())
-            for kind, (error, entry) in tracking_errors(torch, before, reference, learner).items():
-                errors_by_kind.setdefault(kind, []).append(error)
-                if kind not in worst_state or error > worst_state[kind][0]:
-                    worst_state[kind] = (error, f"iter {iteration + offset} {entry}")
-                if not error <= TRACKING_TOL[kind]:
-                    tracking_failures.append(f"iter {iteration + offset} {kind} {entry}: {error:.3g}")
-            lrs.append(float(learner.critic_optimizer.param_groups[0]["lr"]))
-        got = learner.read_deferred_metrics()
-        expected = expected_from_peeks(learner, peeks)
-        if got != expected:
-            own_iteration_failures.append(f"iter {iteration}: read {got} vs rows {expected}")
-        if span == 1:
-            for key, value in reference_metrics[0].items():
-                rel = abs(value - got[key]) / max(abs(value), METRIC_ABS_FLOOR)
-                if rel > worst_metric[0] or not math.isfinite(rel):
-                    worst_metric = (rel, f"iter {iteration} {key}")
-                if not rel <= METRIC_REL_TOL:
-                    tracking_failures.append(f"iter {iteration} {key}: {got[key]} vs {value}")
-        delayed_reads += span == 2
+        _run_span(torch, learner, reference, batches, reward_generator, iteration, span, tally)
         iteration += span
 
     graphs_compiled_after_warm_up = int(counters["stats"]["unique_graphs"]) - graphs_after_warm_up
@@ -324,21 +169,108 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
         for key, value in counters["inductor"].items()
         if value != inductor_after_warm_up.get(key, 0)
     }
+    # A learner that fell back (one warning, switch off) would pass on the per-update
+    # path without its graph ever replaying: the path must still be on at the end.
+    graph_kept = bool(
+        not PATHS[name].get("use_whole_cycle_cuda_graph") or learner.use_whole_cycle_cuda_graph
+    )
+    return _path_report(tally, iterations, graph_kept, warm_up_seconds, graphs_compiled_after_warm_up, inductor_delta)
+
+
+def _run_span(
+    torch: Any,
+    learner: Any,
+    reference: Any,
+    batches: list[dict[str, Any]],
+    reward_generator: Any,
+    iteration: int,
+    span: int,
+    tally: _Tally,
+) -> None:
+    """``span`` iterations from ``iteration`` (2: the read is delayed by one), then the one metrics read."""
+    peeks: list[Any] = []
+    reference_metrics: list[dict[str, float]] = []
+    for offset in range(span):
+        slot = (iteration + offset) % BATCH_POOL
+        chunk = batches[slot * UPDATES_PER_STEP : (slot + 1) * UPDATES_PER_STEP]
+        rewards = torch.randn(2, 64, device="cuda", generator=reward_generator)
+        dones = (torch.rand(2, 64, device="cuda", generator=reward_generator) < 0.05).float()
+        reference_metrics.append(
+            _tracked_iteration(torch, learner, reference, chunk, (rewards, dones), peeks, iteration + offset, tally)
+        )
+    got = learner.read_deferred_metrics()
+    expected = expected_from_peeks(learner, peeks)
+    if got != expected:
+        tally.own_iteration_failures.append(f"iter {iteration}: read {got} vs rows {expected}")
+    if span == 1:
+        for key, value in reference_metrics[0].items():
+            rel = abs(value - got[key]) / max(abs(value), METRIC_ABS_FLOOR)
+            if rel > tally.worst_metric[0] or not math.isfinite(rel):
+                tally.worst_metric = (rel, f"iter {iteration} {key}")
+            if not rel <= METRIC_REL_TOL:
+                tally.tracking_failures.append(f"iter {iteration} {key}: {got[key]} vs {value}")
+    tally.delayed_reads += span == 2
+
+
+def _tracked_iteration(
+    torch: Any,
+    learner: Any,
+    reference: Any,
+    chunk: list[dict[str, Any]],
+    reward_stats: tuple[Any, Any],
+    peeks: list[Any],
+    index: int,
+    tally: _Tally,
+) -> dict[str, float]:
+    """Iteration ``index`` on the graph path and, from the same state and random stream, on eager.
+
+    Records the graph path's time and rate and the tracking errors in ``tally``; returns
+    eager's metrics of the iteration.
+    """
+    rewards, dones = reward_stats
+    reference.load_state_dict(copy.deepcopy(learner.get_state_dict()))
+    before = parameters_of(learner)
+    for model in (learner, reference):
+        model.update_reward_stats(rewards, dones)
+    rng_state = (torch.random.get_rng_state(), torch.cuda.get_rng_state())
+    start = time.perf_counter()
+    run_updates(learner, chunk, peeks)
+    torch.cuda.synchronize()
+    tally.iteration_ms.append((time.perf_counter() - start) * 1e3)
+    torch.random.set_rng_state(rng_state[0])
+    torch.cuda.set_rng_state(rng_state[1])
+    run_updates(reference, chunk, None)
+    reference_metrics = reference.read_deferred_metrics()
+    for kind, (error, entry) in tracking_errors(torch, before, reference, learner).items():
+        tally.errors_by_kind.setdefault(kind, []).append(error)
+        if kind not in tally.worst_state or error > tally.worst_state[kind][0]:
+            tally.worst_state[kind] = (error, f"iter {index} {entry}")
+        if not error <= TRACKING_TOL[kind]:
+            tally.tracking_failures.append(f"iter {index} {kind} {entry}: {error:.3g}")
+    tally.lrs.append(float(learner.critic_optimizer.param_groups[0]["lr"]))
+    return reference_metrics
+
+
+def _path_report(
+    tally: _Tally,
+    iterations: int,
+    graph_kept: bool,
+    warm_up_seconds: float,
+    graphs_compiled_after_warm_up: int,
+    inductor_delta: dict[str, int],
+) -> dict[str, Any]:
+    """One path's entry of the report: its gate (``passed``) and what it measured."""
+    errors_by_kind = tally.errors_by_kind
     median_failures = [
         f"median {kind} {statistics.median(errors_by_kind[kind]):.3g} > {tol:g}"
         for kind, tol in TRACKING_MEDIAN_TOL.items()
         if not statistics.median(errors_by_kind[kind]) <= tol
     ]
     rerecorded = sum(v for k, v in inductor_delta.items() if "cudagraph" in k and "record" in k)
-    # A learner that fell back (one warning, switch off) would pass on the per-update
-    # path without its graph ever replaying: the path must still be on at the end.
-    graph_kept = bool(
-        not PATHS[name].get("use_whole_cycle_cuda_graph") or learner.use_whole_cycle_cuda_graph
-    )
     return {
         "passed": bool(
-            not own_iteration_failures
-            and not tracking_failures
+            not tally.own_iteration_failures
+            and not tally.tracking_failures
             and not median_failures
             and graphs_compiled_after_warm_up == 0
             and rerecorded == 0
@@ -346,16 +278,16 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
         ),
         "whole_cycle_graph_kept": graph_kept,
         "iterations": iterations,
-        "delayed_reads": delayed_reads,
-        "own_iteration_metric_mismatches": own_iteration_failures[:10],
-        "own_iteration_metric_mismatch_count": len(own_iteration_failures),
-        "tracking_failures": tracking_failures[:20],
-        "tracking_failure_count": len(tracking_failures),
+        "delayed_reads": tally.delayed_reads,
+        "own_iteration_metric_mismatches": tally.own_iteration_failures[:10],
+        "own_iteration_metric_mismatch_count": len(tally.own_iteration_failures),
+        "tracking_failures": tally.tracking_failures[:20],
+        "tracking_failure_count": len(tally.tracking_failures),
         "tracking_tol": TRACKING_TOL,
         "tracking_median_tol": TRACKING_MEDIAN_TOL,
         "tracking_median_failures": median_failures,
         "worst_tracking_error_by_kind": {
-            kind: {"error": error, "entry": entry} for kind, (error, entry) in worst_state.items()
+            kind: {"error": error, "entry": entry} for kind, (error, entry) in tally.worst_state.items()
         },
         "tracking_error_quantiles_by_kind": {
             kind: {
@@ -368,11 +300,11 @@ def run_path(torch: Any, learner_module: Any, name: str, iterations: int) -> dic
             for kind, errors in errors_by_kind.items()
         },
         "metric_rel_tol": METRIC_REL_TOL,
-        "worst_metric_relative_difference": worst_metric[0],
-        "worst_metric_entry": worst_metric[1],
-        "critic_lr_first_last": [lrs[0], lrs[-1]],
+        "worst_metric_relative_difference": tally.worst_metric[0],
+        "worst_metric_entry": tally.worst_metric[1],
+        "critic_lr_first_last": [tally.lrs[0], tally.lrs[-1]],
         "warm_up_seconds": warm_up_seconds,
-        "median_iteration_ms_graph_path_with_peeks": statistics.median(iteration_ms),
+        "median_iteration_ms_graph_path_with_peeks": statistics.median(tally.iteration_ms),
         "graphs_compiled_after_warm_up": graphs_compiled_after_warm_up,
         "inductor_counter_changes_after_warm_up": inductor_delta,
         "cudagraph_rerecords_after_warm_up": rerecorded,

@@ -526,7 +526,13 @@ def test_warm_up_restores_every_piece_of_state(patched_uni_rl_root: Path) -> Non
 
 
 def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_rl_root: Path) -> None:
-    """0014: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool."""
+    """0014: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool.
+
+    The pool itself is run here. That the runner's warm-up enters it stays a source check
+    of ``_warm_up_learner`` (GPU-only behaviour): the runner refuses a CPU learner device,
+    and on CPU the learner turns ``use_compile`` off, so the warm-up returns before it
+    would compile anything; the H200 runs log its compile workers at the warm-up.
+    """
     result = run_snippet(
         patched_uni_rl_root,
         """
@@ -598,7 +604,14 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
 
 
 def test_builder_reads_switches_with_1_3_2_defaults(patched_uni_rl_root: Path) -> None:
-    """A config without the keys must still build: each key is read with .get(key, False)."""
+    """A config without the keys must still build: each key is read with .get(key, False).
+
+    A source check (an AST scan of the builder's ``.get`` calls) because building is
+    GPU-only: ``build_flashsac_double_buffer_runner`` refuses a CPU learner device in its
+    first line and builds an environment and the runner's device replay before returning.
+    What the learner does with each switch off is checked by running it (below, and the
+    numerics CPU mode: switches off is bitwise 1.3.2).
+    """
     source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
     reads = {}
     for node in ast.walk(ast.parse(source)):
@@ -627,22 +640,6 @@ def test_switch_is_a_learner_argument_defaulting_off(patched_uni_rl_root: Path, 
     assert result == {"default": False, "set": switch != "compile_full_objectives"}
 
 
-def _validate_numerics_module() -> Any:
-    """experiments/validate_numerics.py as a module: its workers and gates, not copies.
-
-    Importing it is safe here: it imports ``uni_rl`` only inside its worker
-    subprocesses, each with its own root first on ``sys.path``.
-    """
-    import importlib.util
-
-    path = PROJECT / "experiments" / "validate_numerics.py"
-    spec = importlib.util.spec_from_file_location("validate_numerics_under_test", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_full_objective_compile_matches_eager_on_cpu(
     pristine_uni_rl_root: Path, patched_uni_rl_root: Path, tmp_path: Path
 ) -> None:
@@ -660,41 +657,46 @@ def test_full_objective_compile_matches_eager_on_cpu(
 
     import torch
 
-    vn = _validate_numerics_module()
+    sys.path.insert(0, str(PROJECT / "experiments"))
+    from numerics.compare import compare_first_update
+    from numerics.config import FIRST_CRITIC_SNAPSHOT, TIER_A_SNAPSHOT, WorkerConfig
+    from numerics.configurations import compare_configurations
+    from numerics.modes import make_data, run_worker
+
     iterations, updates_per_step = 2, 2
     data = tmp_path / "data.pt"
-    vn.make_data(data, iterations, updates_per_step, batch_size=64)
-    common = {
-        "device": "cpu",
-        "seed": 7,
-        "updates_per_step": updates_per_step,
-        "policy_frequency": 2,
-        "fallback_random": True,
-        "compile_on_cpu": True,
-        "warm_up": True,
-        "snapshot_at": [vn.FIRST_CRITIC_SNAPSHOT, vn.TIER_A_SNAPSHOT],
-    }
+    make_data(data, iterations, updates_per_step, batch_size=64)
+    common = WorkerConfig(
+        device="cpu",
+        seed=7,
+        updates_per_step=updates_per_step,
+        policy_frequency=2,
+        fallback_random=True,
+        compile_on_cpu=True,
+        warm_up=True,
+        snapshot_at=[FIRST_CRITIC_SNAPSHOT, TIER_A_SNAPSHOT],
+    )
     guard = {"finite_guard": True, "deferred_metrics": True}
     full = {"use_compile": True, "compile_full_objectives": True, **guard}
-    probe = dict(common, first_update_probe=True)
-    jobs: dict[str, tuple[Path, Path, dict[str, Any]]] = {
-        "patched/fp32/eager": (patched_uni_rl_root, data, dict(probe, learner=guard)),
-        "patched/fp32/full_objective_compile": (patched_uni_rl_root, data, dict(probe, learner=full)),
+    probe = common.replace(first_update_probe=True)
+    jobs: dict[str, tuple[Path, Path, WorkerConfig]] = {
+        "patched/fp32/eager": (patched_uni_rl_root, data, probe.replace(learner=guard)),
+        "patched/fp32/full_objective_compile": (patched_uni_rl_root, data, probe.replace(learner=full)),
         "patched/fp32/eager_one_ulp": (
-            patched_uni_rl_root, data, dict(common, learner=guard, one_ulp_rewards=True)
+            patched_uni_rl_root, data, common.replace(learner=guard, one_ulp_rewards=True)
         ),
-        "baseline/fp32/eager": (pristine_uni_rl_root, data, dict(common, warm_up=False)),
+        "baseline/fp32/eager": (pristine_uni_rl_root, data, common.replace(warm_up=False)),
     }
     # Negative control input: the first batch's rewards scaled by 1.001.
     loaded = torch.load(data, weights_only=True)
     loaded["batches"][0]["rewards"] = loaded["batches"][0]["rewards"] * 1.001
     other = tmp_path / "other.pt"
     torch.save(loaded, other)
-    jobs["changed"] = (patched_uni_rl_root, other, dict(probe, learner=guard))
+    jobs["changed"] = (patched_uni_rl_root, other, probe.replace(learner=guard))
 
     def run(key: str) -> tuple[str, Any]:
         root, path, config = jobs[key]
-        return key, vn.run_worker(root, path, config, tmp_path, key.replace("/", "_"))
+        return key, run_worker(root, path, config, tmp_path, key.replace("/", "_"))
 
     # Two cores: the compiling worker on one, the four eager ones on the other.
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -706,7 +708,7 @@ def test_full_objective_compile_matches_eager_on_cpu(
     assert compiled["graphs_compiled_total"] >= 2
     assert compiled["graphs_compiled_after_warm_up"] == 0
 
-    checks, measurements = vn.compare_configurations(results, iterations)
+    checks, measurements = compare_configurations(results, iterations)
     assert "tier_b_amplification_floor" in measurements and "tier_b_amplification_floor" not in checks
     check = checks["fp32:full_objective_compile_vs_eager"]
     assert check["passed"] is True, json.dumps(check, default=str)[:3000]
@@ -716,8 +718,8 @@ def test_full_objective_compile_matches_eager_on_cpu(
 
     # Negative control: the same gate on a genuinely different first batch.
     reference = results["patched/fp32/eager"]["first_update"]
-    critic = vn.compare_first_update(reference, changed["first_update"], phases=("critic",))
-    actor = vn.compare_first_update(reference, changed["first_update"], phases=("actor",))
+    critic = compare_first_update(reference, changed["first_update"], phases=("critic",))
+    actor = compare_first_update(reference, changed["first_update"], phases=("actor",))
     assert critic["passed"] is False
     assert any("/loss/critic_loss" in failure for failure in critic["failures"])
     assert actor["passed"] is True
@@ -729,11 +731,11 @@ def test_full_objective_compile_matches_eager_on_cpu(
     weight = drifted["patched/fp32/full_objective_compile"]["state"]["critic"]
     name = next(k for k in weight if k.endswith("weight"))
     weight[name] = weight[name] * 1.5
-    drifted_checks, _ = vn.compare_configurations(drifted, iterations)
+    drifted_checks, _ = compare_configurations(drifted, iterations)
     assert drifted_checks["fp32:full_objective_compile_vs_eager"]["passed"] is False
     assert drifted_checks["fp32:full_objective_compile_vs_eager"]["first_update"]["passed"] is True
     moved = copy.deepcopy(results)
-    moments = moved["baseline/fp32/eager"]["snapshots"][vn.FIRST_CRITIC_SNAPSHOT]["critic_optimizer"]["state"]
+    moments = moved["baseline/fp32/eager"]["snapshots"][FIRST_CRITIC_SNAPSHOT]["critic_optimizer"]["state"]
     moments[0]["exp_avg"] = moments[0]["exp_avg"] * 1.01
-    moved_checks, _ = vn.compare_configurations(moved, iterations)
+    moved_checks, _ = compare_configurations(moved, iterations)
     assert moved_checks["fp32:patched_eager_vs_baseline_eager"]["passed"] is False

@@ -1,4 +1,4 @@
-"""Every gate of experiments/validate_numerics.py fails on a perturbed input.
+"""Every gate of the numerics study (experiments/numerics/gates.py) fails on a perturbed input.
 
 The gates are pure functions of the workers' results, so each is fed a passing input
 built to the workers' result layout and then that input with one thing broken, the
@@ -11,8 +11,10 @@ worker results in tests/test_learner_patches.py.)
 from __future__ import annotations
 
 import copy
-import importlib.util
+import json
 import math
+import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,19 +23,9 @@ import pytest
 import torch
 
 PROJECT = Path(__file__).resolve().parents[1]
-
-
-def _load() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "validate_numerics_gates", PROJECT / "experiments" / "validate_numerics.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-vn = _load()
+sys.path.insert(0, str(PROJECT / "experiments"))
+from numerics import config, modes  # noqa: E402
+from numerics import gates as vn  # noqa: E402
 
 
 def _module(g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -59,7 +51,7 @@ def _state(seed: int = 0) -> dict[str, Any]:
 
 def _skip_metrics(iterations: int, nonzero: dict[tuple[int, str], float]) -> list[dict[str, float]]:
     return [
-        {"critic_loss": 1.0 + i, **{k: nonzero.get((i, k), 0.0) for k in vn.SKIP_RATE_KEYS}}
+        {"critic_loss": 1.0 + i, **{k: nonzero.get((i, k), 0.0) for k in config.SKIP_RATE_KEYS}}
         for i in range(iterations)
     ]
 
@@ -99,7 +91,7 @@ def injection_input() -> tuple[Callable[[Any], dict[str, Any]], Any]:
 
 def recovery_input() -> tuple[Callable[[Any], dict[str, Any]], Any]:
     expected = vn.expected_recovery_skips(2, 2)
-    first, second = vn.ROBUSTNESS_CONFIG["snapshot_at"]
+    first, second = config.ROBUSTNESS_CONFIG["snapshot_at"]
     after = _state(5)
     after["critic"]["w"] += 1.0  # the critic trained on; the actor step was skipped
     result = {
@@ -248,41 +240,43 @@ def test_gate_passes_then_fails_on_perturbed_input(
     assert gate(bad)["passed"] is False, name
 
 
-# Every key validate_numerics.py writes under ``checks``, and the input factory above whose
-# gate computes it. The two ``compare_configurations`` gates are failed on real worker
-# results in tests/test_learner_patches.py::test_full_objective_compile_matches_eager_on_cpu.
-CHECK_GATES: dict[str, Callable[[], Any] | str] = {
-    '"eager_switches_off_vs_baseline"': bitwise_input,
-    '"eager_warm_up_guard_deferred_vs_baseline"': bitwise_input,
-    '"frozen_critic_actor_update"': frozen_input,
-    '"finite_guard_injection"': injection_input,
-    '"finite_guard_recovery"': recovery_input,
-    '"checkpoint_resume_keeps_graphs"': checkpoint_input,
-    '"full_objective_graph_breaks"': graph_breaks_input,
-    '"host_sync_audit"': host_sync_input,
-    '"whole_cycle_graph_kept"': whole_cycle_input,
-    '"inference_graph_matches_eager"': inference_input,
-    '"no_compilation_after_warm_up"': no_compilation_input,
-    '"fp32:patched_eager_vs_baseline_eager"': "test_learner_patches",
-    'f"{precision}:{name}_vs_eager"': "test_learner_patches",
+# Every check a mode writes under ``checks`` (numerics.modes.CHECK_GATES), and the input
+# factory above whose gate computes it. The ``compare_configurations`` gates (patched vs
+# baseline eager, each configuration vs eager) are failed on real worker results in
+# tests/test_learner_patches.py::test_full_objective_compile_matches_eager_on_cpu.
+CHECK_GATES: dict[str, Callable[[], Any]] = {
+    "eager_switches_off_vs_baseline": bitwise_input,
+    "eager_warm_up_guard_deferred_vs_baseline": bitwise_input,
+    "frozen_critic_actor_update": frozen_input,
+    "finite_guard_injection": injection_input,
+    "finite_guard_recovery": recovery_input,
+    "checkpoint_resume_keeps_graphs": checkpoint_input,
+    "full_objective_graph_breaks": graph_breaks_input,
+    "host_sync_audit": host_sync_input,
+    "whole_cycle_graph_kept": whole_cycle_input,
+    "inference_graph_matches_eager": inference_input,
+    "no_compilation_after_warm_up": no_compilation_input,
 }
 
 
 def test_every_check_has_a_failing_test() -> None:
-    """A new entry under ``checks`` without a gate test here fails this test."""
-    import ast
+    """A check declared without a gate test here fails this test; an undeclared one fails the run."""
+    from numerics.configurations import compare_configurations
 
-    source = (PROJECT / "experiments" / "validate_numerics.py").read_text()
-    written = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if (
-                    isinstance(target, ast.Subscript)
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id == "checks"
-                ):
-                    written.add(ast.get_source_segment(source, target.slice))
-    assert written == set(CHECK_GATES)
-    tested = {factory for factory, _, _ in PERTURBATIONS}
-    assert {gate for gate in CHECK_GATES.values() if callable(gate)} == tested
+    declared = {name for name, gate in modes.CHECK_GATES.items() if gate is not compare_configurations}
+    assert declared == set(CHECK_GATES)
+    assert {factory for factory, _, _ in PERTURBATIONS} == set(CHECK_GATES.values())
+    # The report writer refuses a check nobody declared (negative control).
+    assert modes.undeclared_checks({"eager_switches_off_vs_baseline": {}, "a_new_check": {}}) == ["a_new_check"]
+
+
+def test_latest_gpu_report_writes_only_declared_checks() -> None:
+    """The newest committed GPU report (a real --mode gpu run) holds exactly declared checks."""
+    reports = sorted(
+        PROJECT.glob("results/*/checks/validate_numerics_gpu.json"),
+        key=lambda path: re.search(r"\d{4}-\d{2}-\d{2}.*", path.parts[-3]).group(0),
+    )
+    assert reports, "no committed GPU numerics report under results/"
+    checks = json.loads(reports[-1].read_text())["checks"]
+    assert modes.undeclared_checks(checks) == []
+    assert any(name.startswith(("fp32:", "bf16:")) for name in checks)

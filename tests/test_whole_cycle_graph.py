@@ -86,6 +86,9 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
 
 
 def test_builder_and_learner_read_the_switch(patched_uni_rl_root: Path) -> None:
+    """The builder reads the switch with default off (a source check: building is GPU-only,
+    see test_learner_patches.py::test_builder_reads_switches_with_1_3_2_defaults); the
+    learner takes it as an argument, default off (run)."""
     source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
     reads = {
         node.args[0].value: ast.literal_eval(node.args[1])
@@ -256,7 +259,13 @@ def test_schedule_equals_the_runner_loop(patched_uni_rl_root: Path, updates_per_
 
 
 def test_runner_loop_executes_the_shared_schedule(patched_uni_rl_root: Path) -> None:
-    """The runner's per-update loop and the iteration call both take ``update_schedule``."""
+    """The runner's per-update loop and the iteration call both take ``update_schedule``.
+
+    A source check (AST) because ``DoubleBufferOffPolicyRunner.learn`` is GPU-only: the
+    runner refuses a CPU learner device, and its loop needs the collector process and the
+    device replay. The schedule it executes is checked by running it (the tests above
+    and below: the 1.3.2 call order, the staged rates).
+    """
     source = (patched_uni_rl_root / "uni_rl/offpolicy/double_buffer_runner.py").read_text()
     tree = ast.parse(source)
     loops_over_updates = [
@@ -379,8 +388,7 @@ def test_inference_policy_hands_the_actor_its_forward_and_stays_eager_without_cu
     result = run_snippet(
         patched_uni_rl_root,
         """
-        import inspect, warnings
-        from uni_rl.offpolicy.double_buffer_runner import DoubleBufferOffPolicyRunner as Runner
+        import warnings
         l = learner(finite_guard=True, deferred_metrics=True)
         l.update_critic(batch(1)); l.update_actor(batch(1))
         obs, dones = batch(2)["obs"], torch.zeros(32)
@@ -409,7 +417,6 @@ def test_inference_policy_hands_the_actor_its_forward_and_stays_eager_without_cu
             "switch_after": with_switch.use_cuda_graph_inference,
             "warnings": sum("inference" in str(w.message) for w in caught),
             "default_policy_is_actor": l.inference_policy is l.actor,
-            "runner_asks_learner": "inference_policy" in inspect.getsource(Runner._serve_learner_inference),
         }))
         """,
     )
@@ -419,14 +426,68 @@ def test_inference_policy_hands_the_actor_its_forward_and_stays_eager_without_cu
         "switch_after": False,
         "warnings": 1,
         "default_policy_is_actor": True,
-        "runner_asks_learner": True,
     }
+
+
+SERVE_ONE_REQUEST = """
+import numpy as np
+from uni_rl.ipc.inference_slot import SharedInferenceSlot
+from uni_rl.offpolicy.double_buffer_runner import DoubleBufferOffPolicyRunner as Runner
+
+asked = []
+
+class Policy:
+    # Answers as the actor does, and records that it was asked.
+    def __init__(self, actor):
+        self.actor = actor
+
+    def explore(self, obs, dones=None, deterministic=False):
+        asked.append(int(obs.shape[0]))
+        return self.actor.explore(obs, dones=dones, deterministic=deterministic)
+
+class Learner(FlashSACLearner):
+    @property
+    def inference_policy(self):
+        return Policy(self.actor)
+
+torch.manual_seed(0)
+l = Learner(obs_dim=12, action_dim=4, critic_obs_dim=16, actor_hidden_dim=32, critic_hidden_dim=64)
+runner = Runner.__new__(Runner)  # __init__ refuses a CPU device; these are the attributes the method reads
+runner.device, runner.obs_dim, runner.algo_type, runner.obs_normalization, runner.learner = "cpu", 12, "flashsac", False, l
+slot = SharedInferenceSlot(num_envs=4, obs_dim=12, action_dim=4)
+slot.publish_observation(tick_id=1, observations=np.ones((4, 12), dtype=np.float32), dones=np.zeros(4, dtype=np.float32))
+Runner._serve_learner_inference(runner, slot, tick_id=1, policy_version=3, obs_device=torch.zeros(4, 12),
+                                dones_device=torch.zeros(4), trace_recorder=None)
+actions, version = slot.consume_action(tick_id=1)
+print(json.dumps({"asked": asked, "version": version, "finite": bool(np.isfinite(actions).all())}))
+"""
+
+
+def test_runner_serves_inference_through_the_learners_policy(
+    patched_uni_rl_root: Path, pristine_uni_rl_root: Path
+) -> None:
+    """0012: the runner answers a collector request through ``learner.inference_policy``.
+
+    The real ``_serve_learner_inference`` serves one request from a real shared slot on
+    CPU. The runner is made without ``__init__``, which refuses a CPU learner device,
+    with the attributes the method reads. The learner's policy records that it was
+    asked; 1.3.2's runner, which asks ``learner.actor``, leaves it unasked (the control).
+    """
+    patched = run_snippet(patched_uni_rl_root, SERVE_ONE_REQUEST)
+    assert patched == {"asked": [4], "version": 3, "finite": True}
+    pristine = run_snippet(pristine_uni_rl_root, SERVE_ONE_REQUEST)
+    assert pristine == {"asked": [], "version": 3, "finite": True}
 
 
 def test_inference_switch_builder_default_off_tree_default_on(
     patched_uni_rl_root: Path, patched_unilab_root: Path
 ) -> None:
-    """A config without use_cuda_graph_inference keeps 1.3.2's eager forward; the patched tree turns it on."""
+    """A config without use_cuda_graph_inference keeps 1.3.2's eager forward; the patched tree turns it on.
+
+    The builder's default is a source check (building is GPU-only, see
+    test_learner_patches.py::test_builder_reads_switches_with_1_3_2_defaults); the tree's
+    default is read through Hydra as the trainer reads it.
+    """
     from hydra import compose, initialize_config_dir
 
     source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
@@ -446,10 +507,10 @@ def test_inference_probe_of_validate_numerics_replays_the_same_requests(patched_
         patched_uni_rl_root,
         f"""
         sys.path.insert(0, {str(PROJECT / "experiments")!r})
-        import validate_numerics as vn
+        from numerics.probes import inference_probe
         l = learner(finite_guard=True, deferred_metrics=True)
         l.update_critic(batch(1)); l.update_actor(batch(1))
-        print(json.dumps(vn.inference_probe(l, batch(2)["obs"])))
+        print(json.dumps(inference_probe(l, batch(2)["obs"])))
         """,
     )
     assert result == {
@@ -471,12 +532,12 @@ def test_replay_tracking_gate_catches_a_stale_learning_rate(patched_uni_rl_root:
         f"""
         import copy
         sys.path.insert(0, {str(PROJECT / "experiments")!r})
+        import learner_study
         import validate_replay_stability as rs
         from uni_rl.algos.flash_sac import learner as L
 
         def build():
-            torch.manual_seed(11)
-            return L.FlashSACLearner(device="cpu", **dict(rs.LEARNER_KWARGS, **rs.DIMS))
+            return learner_study.build_learner(L, "cpu", 11, rs.LEARNER_KWARGS)
 
         batches = rs.make_batches(torch, "cpu")
         reference, candidate = build(), build()
