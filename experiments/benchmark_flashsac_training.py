@@ -465,6 +465,7 @@ def run(args: argparse.Namespace) -> int:
         "iterations": args.iterations,
         "summary_last": args.summary_last,
         "training_config": training_config(args, run_config),
+        "dp_nccl_transport": meta.get("dp_nccl_transport"),  # data-parallel runs: NCCL P2P/SHM and why
         "device": {
             **parent_device,
             "gpu": meta.get("gpu", parent_device["gpu"]),

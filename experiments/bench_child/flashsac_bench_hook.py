@@ -17,7 +17,8 @@ the entry script, not this launcher). Records go, one JSON object per line, to t
 file named by ``FLASHSAC_BENCH_TIMINGS``:
 
 * ``{"kind": "meta", ...}`` once, at the first logged iteration: torch/GPU, where
-  ``uni_rl`` and ``unilab`` were imported from, distribution versions;
+  ``uni_rl`` and ``unilab`` were imported from, distribution versions, the data-parallel
+  NCCL transport chosen (``dp_nccl_transport``; None for a single rank);
 * ``{"kind": "iteration", "step": ..., "learner_train_ms": ..., ...}`` per iteration;
 * ``{"kind": "end", ...}`` when the entry returns or raises: Dynamo compile-time
   counters and the sha256 of every ``uni_rl`` module the learner loaded.
@@ -87,6 +88,13 @@ def _distribution_versions() -> dict[str, str | None]:
     return versions
 
 
+def _dp_nccl_transport() -> Any:
+    """The data-parallel NCCL transport this rank chose (uni_rl 0020), or None: a single rank chooses none."""
+    transport = sys.modules.get("uni_rl.ipc.dp_transport")
+    raw = os.environ.get(transport.RECORD_ENV) if transport is not None else None
+    return json.loads(raw) if raw else None
+
+
 def _meta_record() -> dict[str, Any]:
     """What the learner process really ran with, read inside that process."""
     record: dict[str, Any] = {"kind": "meta", "pid": os.getpid(), "executable": sys.executable}
@@ -96,6 +104,7 @@ def _meta_record() -> dict[str, Any]:
     record["uni_rl_version_attr"] = getattr(uni_rl, "__version__", None)
     record["unilab_source"] = str(Path(unilab.__file__).parent) if unilab and unilab.__file__ else None
     record["package_versions"] = _distribution_versions()
+    record["dp_nccl_transport"] = _dp_nccl_transport()
     try:
         import torch
 
