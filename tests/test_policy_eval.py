@@ -1,0 +1,179 @@
+"""Sim-to-sim evaluation (issue 12, item 3b): experiments/policy_eval.py loads a FlashSAC checkpoint through UniLab's
+own play path and runs its deterministic policy on CPU MuJoCo G1 Walk Flat; policy_eval_report.py makes the
+results folder's README from the JSONs.
+
+The checkpoints here are real, untrained FlashSAC actors built by uni_rl's own ``build_actor`` with the dims of the
+tree's env and config, saved in the learner's checkpoint layout (trimmed like the real ones to what play reads),
+with a ``run_config.json`` carrying UniLab's own contract snapshot beside them. Controls: a wrong observation dim,
+a run config whose contract differs, a missing file each fail with one line; the same seed repeats bitwise, a
+perturbed actor or another seed does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PROJECT, runnable_tree
+
+HARNESS = PROJECT / "experiments" / "policy_eval.py"
+REPORT = PROJECT / "experiments" / "policy_eval_report.py"
+RESULTS = PROJECT / "results" / "mjwarp-sim2sim-2026-12-01"
+SMALL = ("--num-envs", "8", "--steps", "60")
+
+#: Builds and saves an untrained actor from the tree's config (run in the tree root, overlay on PYTHONPATH).
+MAKE_CHECKPOINT = """
+import json, sys
+from pathlib import Path
+import torch
+sys.path.insert(0, sys.argv[1])
+from policy_eval import ALGO, compose_cfg
+from omegaconf import OmegaConf
+from uni_rl.algos.common.actor_factory import build_actor
+from unilab.base.config_adapter import create_env
+from unilab.scripts.train_offpolicy import build_offpolicy_play_env_cfg_override
+from unilab.utils.sim2sim import extract_contract_snapshot
+from unilab.visualization.interactive_playback import resolve_play_obs_dims
+out, obs_extra, perturb, contract = Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+cfg = compose_cfg("g1_walk_flat/mujoco", 1, 1, out / "checkpoint.pt")
+env = create_env(cfg, num_envs=1, env_cfg_override=build_offpolicy_play_env_cfg_override(ALGO, cfg))
+obs_dim, _ = resolve_play_obs_dims(env.obs_groups_spec)
+torch.manual_seed(0)
+actor = build_actor("flashsac", obs_dim + obs_extra, int(env.action_space.shape[0]), cfg.algo.actor_hidden_dim,
+                    cfg.algo.use_layer_norm, "cpu", actor_num_blocks=cfg.algo.algo_params.actor_num_blocks,
+                    actor_noise_zeta_mu=cfg.algo.algo_params.actor_noise_zeta_mu,
+                    actor_noise_zeta_max=cfg.algo.algo_params.actor_noise_zeta_max)
+state = actor.state_dict()
+if perturb:
+    g = torch.Generator().manual_seed(1)
+    state = {k: v + perturb * torch.randn(v.shape, generator=g) if v.is_floating_point() and "zeta" not in k else v
+             for k, v in state.items()}
+out.mkdir(parents=True, exist_ok=True)
+torch.save({"actor": state, "obs_normalizer": torch.nn.Identity().state_dict(), "update_count": 0},
+           out / "checkpoint.pt")
+snapshot = extract_contract_snapshot(cfg)
+if contract == "obs_normalization":
+    snapshot["algo.obs_normalization"] = not snapshot["algo.obs_normalization"]
+run = {"config": OmegaConf.to_container(cfg, resolve=True), "contract_snapshot": snapshot}
+(out / "run_config.json").write_text(json.dumps(run))
+print(obs_dim)
+"""
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, Path]) -> tuple[Path, Path]:
+    checkout, overlay = applied_session
+    return runnable_tree(checkout, tmp_path_factory.mktemp("policy_eval") / "unilab"), overlay
+
+
+def tree_env(overlay: Path, root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable")
+    return env
+
+
+def make_checkpoint(tree: tuple[Path, Path], run_dir: Path, *, obs_extra: int = 0, perturb: float = 0.0,
+                    contract: str = "same") -> Path:
+    root, overlay = tree
+    proc = subprocess.run([sys.executable, "-c", MAKE_CHECKPOINT, str(HARNESS.parent), str(run_dir), str(obs_extra),
+                           str(perturb), contract], cwd=root, env=tree_env(overlay, root), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir / "checkpoint.pt"
+
+
+def evaluate(tree: tuple[Path, Path], checkpoint: Path, output: Path, *args: str) -> tuple[int, str, str, dict]:
+    root, overlay = tree
+    proc = subprocess.run([sys.executable, str(HARNESS), "--checkpoint", str(checkpoint), "--output", str(output),
+                           *args], cwd=root, env=tree_env(overlay, root), capture_output=True, text=True,
+                          timeout=600, check=False)
+    result = json.loads(output.read_text()) if output.is_file() else {}
+    return proc.returncode, proc.stdout, proc.stderr, result
+
+
+@pytest.fixture(scope="module")
+def untrained(tree: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tree, tmp_path_factory.mktemp("untrained") / "run")
+
+
+def without_wall(seed: dict) -> dict:
+    return {k: v for k, v in seed.items() if k != "wall_s"}
+
+
+def test_untrained_actor_evaluates(tree: tuple[Path, Path], untrained: Path, tmp_path: Path) -> None:
+    code, out, err, result = evaluate(tree, untrained, tmp_path / "e.json", *SMALL, "--seeds", "3", "4")
+    assert code == 0, err[-3000:]
+    assert out.startswith("policy_eval: checkpoint on g1_walk_flat/mujoco: reward/step ")
+    assert result["checkpoint"]["trained"]["sim_backend"] == "mujoco"  # the run_config.json beside it
+    first, second = result["seeds"]
+    for seed in result["seeds"]:
+        assert seed["env"]["sim_backend"] == "mujoco" and seed["env"]["sim2sim_strict"] is True
+        assert seed["completed_episodes"] > 0  # an untrained G1 falls within 60 steps
+        assert seed["completed_episodes"] == seed["terminated_episodes"] and seed["truncated_episodes"] == 0
+        assert max(seed["termination_counts"].values()) <= seed["completed_episodes"] <= sum(seed["termination_counts"].values())
+        assert all(math.isfinite(v) for v in (seed["reward_per_step"], seed["episode_return_mean"]))
+        # the env's per-term rates account for the whole reward: ctrl_dt x their sum = reward per step
+        rates = sum(seed["reward_term_rate_means"].values())
+        assert rates * seed["env"]["ctrl_dt"] == pytest.approx(seed["reward_per_step"], rel=1e-6)  # float32 env buffers
+    assert first["reward_per_step"] != second["reward_per_step"]  # another seed: other commands and noise
+    assert result["across_seeds"]["reward_per_step"]["n"] == 2
+
+
+def test_same_seed_repeats_and_another_actor_differs(tree: tuple[Path, Path], untrained: Path, tmp_path: Path) -> None:
+    runs = [evaluate(tree, untrained, tmp_path / f"same{i}.json", *SMALL, "--seeds", "5") for i in range(2)]
+    assert all(code == 0 for code, *_ in runs), runs[0][2][-3000:]
+    assert without_wall(runs[0][3]["seeds"][0]) == without_wall(runs[1][3]["seeds"][0])
+    perturbed = make_checkpoint(tree, tmp_path / "perturbed", perturb=0.05)
+    code, _, err, other = evaluate(tree, perturbed, tmp_path / "other.json", *SMALL, "--seeds", "5")
+    assert code == 0, err[-3000:]
+    assert other["checkpoint"]["sha256"] != runs[0][3]["checkpoint"]["sha256"]
+    assert other["seeds"][0]["reward_per_step"] != runs[0][3]["seeds"][0]["reward_per_step"]
+
+
+def test_wrong_observation_dim_is_one_line(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    checkpoint = make_checkpoint(tree, tmp_path / "wide", obs_extra=3)
+    code, out, err, result = evaluate(tree, checkpoint, tmp_path / "wide.json", *SMALL, "--seeds", "1")
+    assert code == 1 and result == {} and out == ""
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("policy_eval: error: Trained policy checkpoint does not fit this play environment")
+    assert "env policy obs dim: 98" in last and "size mismatch" in last and "Traceback" not in err
+
+
+def test_contract_mismatch_is_one_line(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    checkpoint = make_checkpoint(tree, tmp_path / "normalized", contract="obs_normalization")
+    code, _, err, result = evaluate(tree, checkpoint, tmp_path / "c.json", *SMALL, "--seeds", "1")
+    assert code == 1 and result == {} and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("policy_eval: error: Cross-backend sim2sim contract mismatch") and "algo.obs_normalization" in last
+
+
+def test_missing_inputs_are_one_line(tree: tuple[Path, Path], untrained: Path, tmp_path: Path) -> None:
+    code, _, err, _ = evaluate(tree, tmp_path / "nope.pt", tmp_path / "m.json")
+    assert code == 1 and err.strip() == f"policy_eval: error: checkpoint not found: {tmp_path / 'nope.pt'}"
+    code, _, err, _ = evaluate(tree, untrained, tmp_path / "m.json", "--run-config", str(tmp_path / "rc.json"))
+    assert code == 1 and err.strip() == f"policy_eval: error: run config not found: {tmp_path / 'rc.json'}"
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a checkpoint")
+    code, _, err, _ = evaluate(tree, junk, tmp_path / "m.json")
+    assert code == 1 and err.strip().startswith("policy_eval: error: ") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_committed_readme_is_generated_from_its_jsons(tmp_path: Path) -> None:
+    check = [sys.executable, str(REPORT), "--check"]
+    proc = subprocess.run([*check, str(RESULTS)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    copy = tmp_path / "results"
+    shutil.copytree(RESULTS, copy)
+    victim = min(copy.glob("*.json"))
+    data = json.loads(victim.read_text())
+    data["across_seeds"]["reward_per_step"]["mean"] += 0.001
+    victim.write_text(json.dumps(data))
+    proc = subprocess.run([*check, str(copy)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and "stale" in proc.stderr
