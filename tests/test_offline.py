@@ -85,6 +85,12 @@ def test_wheel_list_agrees_with_versions_env_and_requirements() -> None:
     bumped = [r if r.key != "gitpython" else type(r)(r.name, "9.9.9", False) for r in reqs]
     assert disagreements(entries, pins, bumped) == ["GitPython==3.1.45 but requirements.txt pins GitPython==9.9.9"]
     assert "unisim-core is pinned" in disagreements([e for e in entries if e.key != "unisim-core"], pins, [])[0]
+    # requirements.txt against VERSIONS.env directly, torch too (its PyPI 2.8.0 is the pinned 2.8.0+cu128)
+    assert [r.version for r in reqs if r.key == "torch"] == ["2.8.0"]
+    older = [r if r.key not in ("torch", "warp-lang") else type(r)(r.name, "1.0.0", False) for r in reqs]
+    assert [p for p in disagreements(entries, pins, older) if p.startswith("requirements.txt pins")] == [
+        "requirements.txt pins torch==1.0.0 but VERSIONS.env pins TORCH_VERSION=2.8.0+cu128",
+        "requirements.txt pins warp-lang==1.0.0 but VERSIONS.env pins WARP_LANG_VERSION=1.16.0"]
 
 
 def test_wheel_list_refuses_a_disagreeing_file(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.api import GPU_PHYSICS_PINS, INSTALLED_PINS, PROJECT_ROOT
+from patchset.api import GPU_PHYSICS_PINS, INSTALLED_PINS, PROJECT_ROOT, versions_match
 
 from . import OfflineError
 
@@ -69,9 +69,16 @@ def read_wheel_list(path: Path = WHEEL_LIST) -> list[Entry]:
 
 
 def disagreements(entries: list[Entry], pins: dict[str, str], requirements: list[Entry]) -> list[str]:
-    """Where the list contradicts VERSIONS.env or requirements.txt (empty when they agree)."""
+    """Where the list or requirements.txt contradicts VERSIONS.env, or the two lists each other (empty: they agree).
+
+    VERSIONS.env is the one source of the pinned stack's versions; requirements.txt (what `make setup` installs)
+    and the list repeat them, so each repetition is compared with it here.
+    """
     listed = {e.key: e for e in entries}
-    problems = []
+    pinned = {canonical(dist): key for dist, key in {**INSTALLED_PINS, **GPU_PHYSICS_PINS}.items()}
+    problems = [f"requirements.txt pins {req.spec} but VERSIONS.env pins {pinned[req.key]}={pins[pinned[req.key]]}"
+                for req in requirements
+                if req.key in pinned and pinned[req.key] in pins and not versions_match(pins[pinned[req.key]], req.version)]
     for dist, key in {**INSTALLED_PINS, **GPU_PHYSICS_PINS}.items():
         if dist in HOST_PROVIDED or key not in pins:
             continue

@@ -13,11 +13,11 @@ from typing import Any
 from .errors import PatchsetError
 from .fetch import file_sha256, pinned_artifact
 from .paths import OVERLAY_DIR, PROJECT_ROOT, VERSIONS_FILE, cache_dir, embedded_tree
-from .pins import GPU_PHYSICS_PINS, INSTALLED_PINS, load_pins
+from .pins import GPU_PHYSICS_PINS, INSTALLED_PINS, load_pins, versions_match
 
 __all__ = [
     "GPU_PHYSICS_PINS", "INSTALLED_PINS", "OVERLAY_DIR", "PROJECT_ROOT", "VERSIONS_FILE", "PatchsetError", "cache_dir", "embedded_tree",
-    "extract_wheel_package", "file_sha256", "load_pins", "pinned_artifact", "status",
+    "extract_wheel_package", "file_sha256", "load_pins", "pinned_artifact", "status", "versions_match",
 ]
 
 
