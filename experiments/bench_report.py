@@ -345,9 +345,10 @@ def write_summary(runs: Sequence[dict[str, Any]], path: Path, *, title: str, not
                        for r in runs}, key=str)
     described = "; ".join(f"{name}: {envs} envs, batch {batch}, replay_buffer_n {rbn}, learning_starts {ls}"
                           for name, envs, batch, rbn, ls in settings)
+    physics = " and ".join(sorted({"MuJoCo Warp" if r.get("backend") == "mjwarp" else "MuJoCo" for r in runs}))
     text = (
         f"# {title}\n\n"
-        f"G1 Walk Flat (MuJoCo); settings {described}; "
+        f"G1 Walk Flat ({physics}); settings {described}; "
         f"{first.get('iterations')} iterations, statistics over the last {first.get('summary_last')}; times in ms.\n\n"
         f"{notes}\n\n## What users feel: wall per iteration and env steps/s\n\n{throughput_table(runs)}\n\n"
         f"## Timings\n\n{summary_table(runs)}\n\n"
