@@ -39,14 +39,8 @@ FLASHSAC_CONFIG_REL = Path("src/unilab/conf/flashsac/config.yaml")
 G1_SCENE_REL = Path("src/unilab/assets/robots/g1/scene_flat.xml")
 ASSETS_REL = Path("src/unilab/assets")
 
-#: VERSIONS.env key -> distribution name, for the drift record.
-PINNED_DISTRIBUTIONS = {
-    "UNILAB_VERSION": "unilab",
-    "UNILAB_RL_VERSION": "unilab-rl",
-    "UNISIM_CORE_VERSION": "unisim-core",
-    "MUJOCO_VERSION": "mujoco",
-    "TORCH_VERSION": "torch",
-}
+#: VERSIONS.env key -> distribution name, for the drift record (the applier's installed-version pins).
+PINNED_DISTRIBUTIONS = {key: dist for dist, key in api.INSTALLED_PINS.items()}
 #: The same for UniLab's mjwarp extra: compared only for runs on MJWarp (a MuJoCo run does not need it).
 MJWARP_DISTRIBUTIONS = {key: dist for dist, key in api.GPU_PHYSICS_PINS.items()}
 #: Physics backends the benchmark runs: the collector's CPU MuJoCo, or MuJoCo Warp on the GPU.

@@ -412,7 +412,8 @@ def run(args: argparse.Namespace) -> int:
     assets = bench_env.ensure_assets(unilab_root, args.assets)
     source, learner_path = resolve_learner(args)
     state = applied_state(args.require_applied, patched_root, args.overlay)
-    step_cost = physics_floor.measure_step_cost(unilab_root / bench_env.G1_SCENE_REL)
+    # The CPU physics floor is a CPU MuJoCo figure: measured only for runs whose collector steps CPU MuJoCo.
+    step_cost = physics_floor.measure_step_cost(unilab_root / bench_env.G1_SCENE_REL) if args.backend == "mujoco" else None
     checks = _load_json(args.checks_json) if args.checks_json else None
     if args.checks_json and checks is None:
         raise BenchSetupError(f"--checks-json {args.checks_json} is not a readable JSON object")
@@ -471,7 +472,7 @@ def run(args: argparse.Namespace) -> int:
             "gpu": meta.get("gpu", parent_device["gpu"]),
             "capability": meta.get("capability", parent_device["capability"]),
             "torch": meta.get("torch", parent_device["torch"]),
-            "package_versions": {k: versions.get(k) for k in ("unilab", "unilab-rl", "unisim-core", "mujoco", "mujoco-warp", "warp-lang")},
+            "package_versions": {k: v for k, v in versions.items() if k != "torch"},  # torch: its own field
             "flashsac_source": flashsac_source,
             "flashsac_source_expected": str(learner_path / "uni_rl") if learner_path else "installed (not overlay)",
             "flashsac_source_ok": ok_source,

@@ -39,6 +39,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collector_profile import build_env  # noqa: E402  (the collector's env, built as the FlashSAC collector builds it)
+
 #: Smallest one-step change counted as motion (m or rad for qpos, per second for qvel): below it a row's
 #: relative error is measured against this floor instead.
 MOTION_FLOOR = {"qpos": 1e-4, "qvel": 1e-2}
@@ -59,27 +62,9 @@ class Args:
     mujoco_both: bool = False
 
 
-def build_env(task: str, num_envs: int, seed: int) -> Any:
-    """The collector's env for ``task`` (e.g. ``g1_walk_flat/mjwarp``) from the tree in the working directory."""
-    from hydra import compose, initialize_config_dir
-
-    from unilab.base.env_factory import make_registry_env
-    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
-
-    conf_dir = Path("src/unilab/conf/flashsac").resolve()
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"task={task}", f"algo.num_envs={num_envs}",
-                                                        f"algo.seed={seed}"])
-    override = build_offpolicy_env_cfg_override("flashsac", cfg)
-    np.random.seed(seed)
-    env = make_registry_env(str(cfg.training.task_name), str(cfg.training.sim_backend), num_envs,
-                            {**(override or {}), "seed": seed})
-    return env, round(float(cfg.env.ctrl_dt) / float(cfg.env.sim_dt))
-
-
 def sample_states(args: Args) -> dict[str, np.ndarray]:
     """(qpos, qvel) before a step and the actuator targets of that step, every ``args.every`` source steps."""
-    env, _ = build_env("g1_walk_flat/mujoco", args.num_envs, args.seed)
+    env = build_env(args.num_envs, args.seed, "g1_walk_flat/mujoco")
     env.init_state()
     backend = env._backend  # noqa: SLF001 - the physics truth the env steps
     rng = np.random.default_rng(args.action_seed)
@@ -112,9 +97,10 @@ def relative_errors(start: np.ndarray, reference: np.ndarray, candidate: np.ndar
 
 def compare(args: Args, states: dict[str, np.ndarray]) -> dict[str, Any]:
     """Step both backends from every sampled state; per-quantity relative-error statistics and the verdict."""
-    reference_env, substeps = build_env("g1_walk_flat/mujoco", args.num_envs, args.seed)
+    reference_env = build_env(args.num_envs, args.seed, "g1_walk_flat/mujoco")
     candidate_task = "g1_walk_flat/mujoco" if args.mujoco_both else "g1_walk_flat/mjwarp"
-    candidate_env, candidate_substeps = build_env(candidate_task, args.num_envs, args.seed)
+    candidate_env = build_env(args.num_envs, args.seed, candidate_task)
+    substeps, candidate_substeps = reference_env.cfg.sim_substeps, candidate_env.cfg.sim_substeps
     if candidate_substeps != substeps:
         raise RuntimeError(f"substeps differ: mujoco {substeps}, {candidate_task} {candidate_substeps}")
     reference, candidate = reference_env._backend, candidate_env._backend  # noqa: SLF001

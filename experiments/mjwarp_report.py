@@ -30,8 +30,7 @@ PROFILE_PHASES = (
 
 
 def _mean(runs: Sequence[dict[str, Any]], field: str) -> float | None:
-    stats = bench_report.pooled(runs, field)
-    return float(stats["mean_ms"]) if stats else None
+    return bench_report._mean(bench_report.pooled(runs, field))  # noqa: SLF001 - the bench report's own pooling
 
 
 def physics_table(runs: Sequence[dict[str, Any]]) -> str:
