@@ -4,6 +4,8 @@
 # Offline GPU host (README "Offline GPU host"): `make wheelhouse [WHEELHOUSE=wheelhouse] [PYTHON_VERSION=3.12]
 #            [ASSETS=<.tar.xz|folder>]` on a networked machine; there, any target with OFFLINE=<wheelhouse>
 #            [OFFLINE_SITE=work/offline-site] runs on python3 with the verified wheelhouse instead of the venv.
+#            WHEEL_LIST=<file>: another list than scripts/offline/gpu-host-wheels.txt (e.g. without the 163 MB
+#            warp-lang wheel for CPU-MuJoCo hosts); give the same WHEEL_LIST with OFFLINE= on the host.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -40,7 +42,7 @@ OFFLINE_TOOL := env PYTHONPATH=scripts$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m off
 ifdef OFFLINE
 setup:
 	@$(STEP) "verify the wheelhouse $(OFFLINE), install it into $(OFFLINE_SITE)" -- \
-	  $(OFFLINE_TOOL) install "$(OFFLINE)" --site "$(OFFLINE_SITE)"
+	  $(OFFLINE_TOOL) install "$(OFFLINE)" --site "$(OFFLINE_SITE)" $(if $(WHEEL_LIST),--wheel-list "$(WHEEL_LIST)")
 else
 setup: $(SETUP_STAMP)
 endif

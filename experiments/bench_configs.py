@@ -48,6 +48,16 @@ LEGACY_NAMES: dict[str, str] = {
 
 Switches = tuple[tuple[str, bool], ...]
 
+#: The learning-rate schedule of UniLab 1.3.2's flashsac config.yaml (one schedule for actor, critic and
+#: temperature; ``actor_lr``/``critic_lr`` are not read by the learner). tests/test_parity.py compares it
+#: with the tree's config.
+TREE_LEARNING_RATES: tuple[tuple[str, float], ...] = (
+    ("learning_rate_init", 3.0e-4), ("learning_rate_peak", 3.0e-4), ("learning_rate_end", 1.5e-4),
+)
+#: The parity check's negative control (experiments/bench_parity.py): the patched defaults with every learning
+#: rate divided by 10, chosen before any run as a learner that should learn measurably worse in 3000 iterations.
+NEGATIVE_CONTROL = "negative-control-lr10"
+
 
 def _switches(compile_: bool, full: bool, manual: bool | None, whole: bool, inference: bool) -> Switches:
     """The learner switches of a patched configuration, in the order its overrides are written.
@@ -67,8 +77,9 @@ class BenchConfig:
     """A named learner configuration.
 
     ``switches`` are ``algo.algo_params`` learner switches (the keyword arguments of ``FlashSACLearner``
-    of the same names); ``training`` are ``training.*`` values. ``overrides``, appended to the Hydra
-    command, are derived from both.
+    of the same names); ``training`` are ``training.*`` values; ``hyperparameters`` are other
+    ``algo.algo_params`` values (only the negative control sets any: it changes what is learned, every
+    other configuration only how fast). ``overrides``, appended to the Hydra command, are derived from them.
     """
 
     name: str
@@ -78,6 +89,7 @@ class BenchConfig:
     reference: Literal["baseline", "upstream", None] = None
     requires_key: str | None = None
     training: tuple[tuple[str, int], ...] = ()
+    hyperparameters: tuple[tuple[str, float], ...] = ()
     notes: str = field(default="", compare=False)
 
     @property
@@ -89,7 +101,8 @@ class BenchConfig:
     def overrides(self) -> tuple[str, ...]:
         """The Hydra overrides that select this configuration on top of a tree's config."""
         algo = tuple(f"++{ALGO_PARAMS}.{key}={str(value).lower()}" for key, value in self.switches)
-        return algo + tuple(f"training.{key}={value}" for key, value in self.training)
+        values = tuple(f"{ALGO_PARAMS}.{key}={value:.6g}" for key, value in self.hyperparameters)
+        return algo + values + tuple(f"training.{key}={value}" for key, value in self.training)
 
     def learner_switches(self) -> dict[str, bool]:
         """The switches as ``FlashSACLearner`` keyword arguments (the studies build learners from them)."""
@@ -119,6 +132,9 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="the collector's MuJoCo pool pinned to all usable CPUs but the first (unilab 0002)"),
         BenchConfig("patched-default", "patched defaults (tree config)", "overlay", (),
                     notes="no switch overrides: what a user of the applied tree gets"),
+        BenchConfig(NEGATIVE_CONTROL, "negative control: patched defaults, learning rates ÷10", "overlay", (),
+                    hyperparameters=tuple((key, value / 10) for key, value in TREE_LEARNING_RATES),
+                    notes="a learner that must learn measurably worse: the parity check has to FAIL it"),
     )
 }
 

@@ -392,52 +392,6 @@ def plot_timings(runs: Sequence[dict[str, Any]], path: Path) -> None:
 
 # ---------------------------------------------------------------- learning parity
 
-def parity_summary(runs: Sequence[dict[str, Any]], *, last: int) -> dict[str, dict[str, Any]]:
-    """Per configuration: final mean reward (mean of the last ``last`` logged) per seed, mean ± std."""
-    out: dict[str, dict[str, Any]] = {}
-    for run in runs:
-        entry = out.setdefault(str(run.get("config")), {"label": _label(str(run.get("config")), [run]), "seeds": {}})
-        final = bench_stats.final_reward(run.get("reward") or [], last=last) if run.get("status") == "completed" else None
-        entry["seeds"][str(run.get("training_config", {}).get("seed"))] = final
-    for entry in out.values():
-        finals = [v for v in entry["seeds"].values() if v is not None]
-        entry["n"] = len(finals)
-        entry["mean"] = fmean(finals) if finals else None
-        entry["std"] = stdev(finals) if len(finals) > 1 else None
-        entry["min"] = min(finals) if finals else None
-        entry["max"] = max(finals) if finals else None
-    return out
-
-
-def parity_verdict(summary: dict[str, dict[str, Any]], *, candidate: str, baseline: str, k: float = 2.0) -> dict[str, Any]:
-    """Does ``candidate`` learn as well as ``baseline`` within seed noise?
-
-    Passes when the candidate's mean final reward is not below the baseline's by more
-    than ``k`` standard errors of the difference (one-sided: learning *better* is no
-    failure). Needs at least two finished seeds on each side to estimate the noise.
-    """
-    c, b = summary.get(candidate), summary.get(baseline)
-    if not c or not b or (c.get("n") or 0) < 2 or (b.get("n") or 0) < 2:
-        return {"passed": False, "reason": "fewer than 2 finished seeds on a side"}
-    se = math.sqrt((c["std"] ** 2) / c["n"] + (b["std"] ** 2) / b["n"])
-    gap = c["mean"] - b["mean"]
-    passed = gap >= -k * se
-    return {"passed": passed, "gap": gap, "stderr": se, "k": k,
-            "reason": f"candidate − baseline = {gap:+.3f}, allowed ≥ {-k * se:.3f} ({k}·SE)"}
-
-
-def parity_markdown(summary: dict[str, dict[str, Any]], verdict: dict[str, Any], *, last: int) -> str:
-    lines = [f"| configuration | seeds | final reward (mean of last {last}) per seed | mean ± std | min … max |",
-             "|---|---|---|---|---|"]
-    for entry in summary.values():
-        per_seed = ", ".join(f"{s}: {_fmt(v, 3)}" for s, v in entry["seeds"].items())
-        lines.append(f"| {entry['label']} | {entry['n']} | {per_seed} | {_fmt(entry['mean'], 3)} ± {_fmt(entry['std'], 3)} "
-                     f"| {_fmt(entry['min'], 3)} … {_fmt(entry['max'], 3)} |")
-    lines.append("")
-    lines.append(f"**Verdict: {'PASS' if verdict.get('passed') else 'FAIL'}**: {verdict.get('reason')}")
-    return "\n".join(lines)
-
-
 def plot_rewards(runs: Sequence[dict[str, Any]], path: Path) -> None:
     """Reward per iteration: thin line per seed, thick line for the mean over seeds, per configuration."""
     import matplotlib

@@ -455,6 +455,7 @@ def run(args: argparse.Namespace) -> int:
         "run_dir": str(run_dir),
         "started_utc": started.isoformat(timespec="seconds"),
         "wall_s": child.wall_s,
+        "cpus_usable": len(os.sched_getaffinity(0)),  # a pinned run's wall clock is a machine of this many CPUs
         "backend": args.backend,
         "task": args.task,
         "setting": setting_name(args),

@@ -7,8 +7,11 @@
 #
 #   checks  validate_numerics.py --mode gpu on GPU $NUMERICS_GPU (0) and validate_replay_stability.py, one
 #           process per graph path, on GPU $REPLAY_GPU (0): correctness, not timing, so they share GPUs.
-#   parity  `make bench-parity` on GPU $PARITY_GPU (1), one invocation per seed, concurrently (learning, not
-#           timing); `bench_parity.py --report DIR` merges them afterwards.
+#   parity  `make bench-parity` on GPU $PARITY_GPU (1), one invocation per arm and seed (PARITY_ARMS, SEEDS),
+#           all concurrently: learning curves, not timing; `bench_parity.py --report DIR` merges them afterwards.
+#   ttr     time to reward: one `make bench-parity` run per arm of TTR_ARMS (seed TTR_SEED), concurrently on
+#           GPU $PARITY_GPU, each pinned to its own block of CORES_PER_RUN (5) cores: the runs' wall clocks are
+#           those of a 5-core machine each (experiments/time_to_reward.py reads them). Run it alone.
 #   bench   `make bench` with one schedule per GPU, each alternating over every configuration: the ratios
 #           of a table row come from runs made side by side on one GPU. Run it alone.
 #   pinned  collector figures (CPU-bound): `make bench` per GPU, each pinned to its own block of CORES_PER_GPU
@@ -18,10 +21,11 @@
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
-# Environment: BUDGET_S; checks: SEEDS (1 2 3), PARITY_ITERATIONS (1000), REPLAY_ITERATIONS (1000);
+# Environment: BUDGET_S; checks: REPLAY_ITERATIONS (1000); parity: SEEDS (1 2 3 4 5), PARITY_ARMS
+# (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: device_evidence.sh checks|parity|bench ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: device_evidence.sh checks|parity|ttr|bench|pinned ..." >&2; exit 2; }
 budget=${BUDGET_S:-540}
 work=/tmp/evidence
 rm -rf "$work" && mkdir -p "$work"
@@ -62,9 +66,23 @@ for mode in "$@"; do
       done
       ;;
     parity)
-      for seed in ${SEEDS:-1 2 3}; do
-        on_gpu "${PARITY_GPU:-1}" "parity-seed$seed" bash experiments/device_bench.sh bench-parity SEEDS="$seed" \
-          ITERATIONS="${PARITY_ITERATIONS:-1000}" TIMEOUT_S=480 BENCH_ARGS="--results-root $work/parity-seed$seed"
+      for seed in ${SEEDS:-1 2 3 4 5}; do
+        arms=${PARITY_ARMS:-$(python3 experiments/bench_parity.py --list-arms)} || exit 1
+        for arm in ${arms//,/ }; do
+          on_gpu "${PARITY_GPU:-0}" "parity-$arm-seed$seed" bash experiments/device_bench.sh bench-parity \
+            SEEDS="$seed" ITERATIONS="${PARITY_ITERATIONS:-3000}" \
+            BENCH_ARGS="--arms $arm --results-root $work/parity-$arm-seed$seed"
+        done
+      done
+      ;;
+    ttr)
+      per=${CORES_PER_RUN:-5} index=0
+      arms=${TTR_ARMS:-$(python3 experiments/time_to_reward.py --list-arms)} || exit 1
+      for arm in ${arms//,/ }; do
+        cores=$((index * per))-$((index * per + per - 1)) index=$((index + 1))
+        on_gpu "${PARITY_GPU:-0}" "ttr-$arm" taskset -c "$cores" bash experiments/device_bench.sh bench-parity \
+          SEEDS="${TTR_SEED:-1}" ITERATIONS="${PARITY_ITERATIONS:-3000}" \
+          BENCH_ARGS="--arms $arm --results-root $work/ttr-$arm"
       done
       ;;
     bench)
@@ -92,7 +110,7 @@ for mode in "$@"; do
             --output $work/validate_numerics_gpu.json; fi"
       done
       ;;
-    *) echo "device_evidence.sh: unknown mode $mode (checks|parity|bench|pinned)" >&2; exit 2 ;;
+    *) echo "device_evidence.sh: unknown mode $mode (checks|parity|ttr|bench|pinned)" >&2; exit 2 ;;
   esac
 done
 wait

@@ -3,7 +3,8 @@
 
 A block in README.md (or a results folder's README.md) is delimited by ``<!-- table:KIND:FOLDER -->`` and ``<!-- /table -->``, where KIND is a
 table of ``bench_report`` (``throughput``, ``timings``, ``pace``) or of ``mjwarp_report`` (``physics`` from run
-JSONs; ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER), and FOLDER a results folder
+JSONs; ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER), ``parity`` (bench_parity) or
+``ttr`` (time_to_reward) from a folder's run JSONs, and FOLDER a results folder
 relative to the project root. ``python experiments/readme_tables.py`` rewrites every block of every such document from its folder;
 ``--check`` exits 1, naming the first stale block, when a document and results disagree (the test suite runs it).
 """
@@ -19,8 +20,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
 import mjwarp_report  # noqa: E402
+import time_to_reward  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
 TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
@@ -33,6 +36,8 @@ TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
 FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "agreement": mjwarp_report.agreement_table,
     "env-profile": mjwarp_report.profile_table,
+    "parity": bench_parity.table,
+    "ttr": time_to_reward.table,
 }
 BLOCK = re.compile(r"(<!-- table:(?P<kind>[\w-]+):(?P<folder>[^ ]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
@@ -40,8 +45,8 @@ BLOCK = re.compile(r"(<!-- table:(?P<kind>[\w-]+):(?P<folder>[^ ]+) -->\n)(?P<bo
 def render(kind: str, folder: str, root: Path = PROJECT) -> str:
     """The table's Markdown from the runs under ``root/folder``; a missing kind or folder is an error."""
     if kind in FOLDER_TABLES:
-        if not sorted((root / folder).glob("*.json")):
-            raise ValueError(f"no study JSON in {folder}")
+        if not [*(root / folder).glob("*.json"), *(root / folder).glob("runs/*.json*")]:
+            raise ValueError(f"no JSON in {folder}")
         return FOLDER_TABLES[kind](root / folder) + "\n"
     if kind not in TABLES:
         raise ValueError(f"unknown table kind {kind!r} (known: {', '.join([*TABLES, *FOLDER_TABLES])})")

@@ -1,0 +1,149 @@
+"""The learning-parity check (issue 14 part 1) can fail: its statistics, its negative control, its verdicts.
+
+The committed 3-seed × 1000-iteration parity of session 3 is the realistic input: the old 2·SE rule passed a
+learner that learned nothing on it; the equivalence test must not.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT / "experiments"))
+
+import bench_configs  # noqa: E402
+import bench_parity  # noqa: E402
+import bench_report  # noqa: E402
+import parity_stats  # noqa: E402
+
+OLD_PARITY = PROJECT / "results" / "h200-2026-11-30-s3" / "parity"
+#: Student-t 0.95 quantiles (standard tables).
+T95 = {4: 2.131847, 5: 2.015048, 8: 1.859548, 12: 1.782288, 30: 1.697261}
+
+
+def _run(config: str, seed: int, rewards: list[float | None]) -> dict:
+    return {"status": "completed", "config": config, "training_config": {"seed": seed}, "reward": rewards}
+
+
+def _arm(config: str, offsets: list[float], *, gain: float = 3.0, n: int = 600) -> list[dict]:
+    """Runs whose curves rise linearly from -1 to -1 + gain, shifted per seed."""
+    return [_run(config, seed, [None] * 8 + [-1.0 + gain * i / (n - 1) + off for i in range(n)])
+            for seed, off in enumerate(offsets, 1)]
+
+
+def test_t_quantile_matches_tables() -> None:
+    for df, value in T95.items():
+        assert parity_stats.t_quantile(0.95, df) == pytest.approx(value, abs=2e-3)
+
+
+def test_welch_interval_covers_the_difference() -> None:
+    interval = parity_stats.welch_interval([1.0, 2.0, 3.0], [0.0, 1.0, 2.0])
+    assert interval.difference == pytest.approx(1.0)
+    assert interval.low < 1.0 < interval.high and interval.df == pytest.approx(4.0)
+
+
+def _verdict(candidate: list[dict], baseline: list[dict], final_last: int = 100) -> dict:
+    metrics = parity_stats.arm_metrics(candidate + baseline, final_last=final_last)
+    return parity_stats.verdict(metrics[candidate[0]["config"]], metrics["baseline-1.3.2"])
+
+
+def test_equal_learners_pass_and_worse_or_better_ones_fail() -> None:
+    base = _arm("baseline-1.3.2", [0.0, 0.05, -0.05, 0.02, -0.02])
+    assert _verdict(_arm("patched-default", [0.01, -0.04, 0.04, -0.01, 0.0]), base)["passed"]
+    worse = _verdict(_arm("patched-default", [0.0, 0.05, -0.05, 0.02, -0.02], gain=2.0), base)
+    assert not worse["passed"] and not worse["tests"]["final"]["equivalent"]
+    better = _verdict(_arm("patched-default", [0.0, 0.05, -0.05, 0.02, -0.02], gain=4.0), base)
+    assert not better["passed"]  # the same math may not learn clearly better either
+
+
+def test_too_noisy_to_tell_fails() -> None:
+    """No power, no pass: equal means with a seed spread wider than the margin."""
+    base = _arm("baseline-1.3.2", [0.0, 1.0, -1.0, 0.5, -0.5])
+    assert not _verdict(_arm("patched-default", [0.5, -1.0, 1.0, 0.0, -0.5]), base)["passed"]
+
+
+def test_one_seed_fails() -> None:
+    assert not _verdict(_arm("patched-default", [0.0]), _arm("baseline-1.3.2", [0.0, 0.1]))["passed"]
+
+
+def test_committed_old_parity_no_longer_passes_a_learner_that_learned_nothing() -> None:
+    """Session 3's runs (3 seeds × 1000 iterations): a flat learner passed the 2·SE rule; it fails now."""
+    runs = bench_report.load_runs(OLD_PARITY)
+    baseline = [r for r in runs if r["config"] == "baseline-1.3.2"]
+    assert len(baseline) == 3 and all(len(parity_stats.rewards_of(r)) > 900 for r in baseline)
+    flat = []
+    for run in baseline:
+        dead = copy.deepcopy(run)
+        dead["config"] = "patched-default"
+        start = parity_stats.rewards_of(run)[: parity_stats.START_WINDOW]
+        dead["reward"] = [sum(start) / len(start) if r is not None else None for r in run["reward"]]
+        flat.append(dead)
+    assert not _verdict(flat, baseline)["passed"]
+    # An exact copy of the baseline does not pass either: 3 seeds still on the slope spread wider than the
+    # margin. That is the old parity's lack of power, which the 5-seed × 3000-iteration runs are for.
+    copies = _verdict([{**copy.deepcopy(r), "config": "patched-default"} for r in baseline], baseline)
+    assert not copies["passed"] and copies["tests"]["final"]["difference"] == 0.0
+
+
+def test_report_is_trusted_only_when_both_verdicts_are_as_expected() -> None:
+    base = _arm("baseline-1.3.2", [0.0, 0.05, -0.05, 0.02, -0.02])
+    same = _arm("patched-default", [0.01, -0.04, 0.04, -0.01, 0.0])
+    weak = _arm(bench_configs.NEGATIVE_CONTROL, [0.0, 0.05, -0.05, 0.02, -0.02], gain=1.0)
+    report = bench_parity.parity_report(base + same + weak, final_last=100)
+    assert report["check_trusted"]
+    assert report["verdicts"]["patched-default"]["passed"] and not report["verdicts"][bench_configs.NEGATIVE_CONTROL]["passed"]
+    passes_everything = bench_parity.parity_report(base + same + _arm(bench_configs.NEGATIVE_CONTROL,
+                                                                      [0.0, 0.05, -0.05, 0.02, -0.02]), final_last=100)
+    assert not passes_everything["check_trusted"]
+    assert not bench_parity.parity_report(base + same, final_last=100)["check_trusted"]  # no negative control run
+    assert "is NOT trusted" in bench_parity.report_markdown(passes_everything)
+
+
+def test_negative_control_is_the_tree_schedule_divided_by_ten(runnable_tree_config: dict) -> None:
+    params = runnable_tree_config["algo"]["algo_params"]
+    assert dict(bench_configs.TREE_LEARNING_RATES) == {k: params[k] for k, _ in bench_configs.TREE_LEARNING_RATES}
+    config = bench_configs.CONFIGS[bench_configs.NEGATIVE_CONTROL]
+    assert config.source == "overlay" and config.switches == ()
+    assert config.overrides == ("algo.algo_params.learning_rate_init=3e-05",
+                                "algo.algo_params.learning_rate_peak=3e-05",
+                                "algo.algo_params.learning_rate_end=1.5e-05")
+
+
+@pytest.fixture(scope="module")
+def runnable_tree_config(pristine_template: Path) -> dict:
+    return yaml.safe_load((pristine_template / "src/unilab/conf/flashsac/config.yaml").read_text())
+
+
+# ------------------------------------------------------------------ time to reward (issue 14 part 2)
+
+import time_to_reward  # noqa: E402
+
+SESSION6 = PROJECT / "results" / "h200-2026-12-01-s6"
+
+
+def test_crossing_uses_the_trailing_mean_and_the_runs_own_clock() -> None:
+    rows = [{"step": i, "reward": None if i < 3 else float(i), "wall_s": 10.0 + i} for i in range(1, 200)]
+    hit = time_to_reward.crossing({"rows_all": rows}, threshold=100.0)
+    window = time_to_reward.SMOOTHING
+    # trailing mean of steps k-window+1..k is k - (window-1)/2 ≥ 100 first at k = 100 + (window-1)/2, rounded up
+    assert hit == {"iteration": 125, "wall_s": 135.0} and window == 50
+    assert time_to_reward.crossing({"rows_all": rows}, threshold=1e9) is None
+
+
+def test_committed_ttr_rows_come_from_the_runs() -> None:
+    threshold = time_to_reward.threshold_from_parity(SESSION6 / "parity")
+    runs = bench_report.load_runs(SESSION6 / "ttr")
+    rows = {r["arm"]: r for r in time_to_reward.arm_rows(runs, threshold)}
+    assert set(rows) == set(time_to_reward.ARMS) and all(r["cpus"] == 5 for r in rows.values())
+    upstream = next(r for r in runs if r["config"] == "upstream-1.4.0")
+    lost = upstream["earlier_attempts"][0]["wall_s"]
+    assert rows["upstream-1.4.0"]["minutes"] * 60 == pytest.approx(
+        lost + time_to_reward.crossing(upstream, threshold)["wall_s"])
+    # a threshold no run reaches gives "never", not a time
+    never = time_to_reward.arm_rows(runs, threshold=1e6)
+    assert all(r["minutes"] is None for r in never) and "| never |" in time_to_reward.markdown(never, 1e6)
