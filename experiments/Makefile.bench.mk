@@ -4,7 +4,7 @@
 #              [SETTING=report|unilab-default|report,unilab-default] [SIM=mujoco|mjwarp|mujoco,mjwarp] [SCHEDULES=2,8] [CONFIGS=baseline-1.3.2,eager,...] [REPEATS=1] [UNILAB_ASSETS=<dir|.tar.xz>]
 #              [APPLY=1] [SKIP_VERIFY=1] [TIMEOUT_S=<per run>]
 #              [NO_CHECKS=1 | CHECK_NUMERICS='<cmd>' CHECK_REPLAY='<cmd>' | CHECKS_JSON=<file>] [BENCH_ARGS=...]
-#   make bench-parity [QUICK=1] [SEEDS=1,2,3] [ITERATIONS=1000] ...
+#   make bench-parity [QUICK=1] [SEEDS=1,2,3,4,5] [ITERATIONS=3000] [BENCH_ARGS="--arms A,B"] ...   (exit 0: trusted check)
 #   make bench-report DIR=results/<machine>-<date>     (rebuild summary.md + timings.png from the JSON)
 #
 # Needs CUDA (exits with one error line otherwise). No dependency on `setup`: a GPU host brings its own
