@@ -16,10 +16,10 @@ import argparse
 import json
 import os
 import subprocess
-from statistics import fmean, stdev
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import fmean, stdev
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
