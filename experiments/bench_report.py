@@ -16,7 +16,7 @@ import math
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from statistics import fmean, stdev
+from statistics import fmean
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

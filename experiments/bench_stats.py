@@ -184,9 +184,3 @@ def warmup_report(
         "startup_to_first_iteration_s": first_iteration_wall_s,
         "dynamo": compile_metrics or {},
     }
-
-
-def final_reward(rewards: Sequence[float | None], *, last: int) -> float | None:
-    """Mean of the last ``last`` logged rewards (missing ones skipped); None if none exist."""
-    tail = [float(r) for r in rewards if r is not None][-last:]
-    return fmean(tail) if tail else None

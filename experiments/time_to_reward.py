@@ -30,19 +30,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
+import parity_stats  # noqa: E402
 from bench_configs import CONFIGS  # noqa: E402
 
 PROG = "time_to_reward"
-ARMS = ("baseline-1.3.2", "upstream-1.4.0", "patched-default")
-BASELINE = ARMS[0]
+BASELINE = bench_parity.BASELINE
+ARMS = (BASELINE, "upstream-1.4.0", "patched-default")
 THRESHOLD_FRACTION = 0.8
 SMOOTHING = 50
 
 
 def threshold_from_parity(parity_folder: Path) -> float:
     """``THRESHOLD_FRACTION`` of the baseline arm's plateau (mean final-window reward over its seeds' runs)."""
-    report = bench_parity.parity_report(bench_report.load_runs(parity_folder), final_last=bench_parity.FINAL_LAST)
-    seeds = report["metrics"].get(BASELINE) or {}
+    metrics = parity_stats.arm_metrics(bench_report.load_runs(parity_folder), final_last=bench_parity.FINAL_LAST)
+    seeds = metrics.get(BASELINE) or {}
     if not seeds:
         raise ValueError(f"{parity_folder} has no completed {BASELINE} run")
     return THRESHOLD_FRACTION * fmean(m["final"] for m in seeds.values())
