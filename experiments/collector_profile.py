@@ -61,6 +61,14 @@ def action_dim_of(env: Any) -> int:
     return int(env.action_manager.total_action_dim)
 
 
+def mjwarp_reset_route(env: Any) -> str | None:
+    """How the mjwarp adapter commits resets: "rows" (unisim patch 0003) or "whole-array"; None on MuJoCo."""
+    backend = env._backend  # noqa: SLF001 - the route is the backend's own state
+    if type(backend).__name__ != "MjwarpBackend":
+        return None
+    return "rows" if getattr(backend, "_row_reset_enabled", False) else "whole-array"
+
+
 def run_profile(env: Any, actions: np.ndarray, warmup: int) -> dict[str, Any]:
     """Step through `actions`; per-phase mean/median over the steps after `warmup`."""
     samples: dict[str, list[float]] = {}
@@ -165,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "profile":
         result = run_profile(env, actions, args.warmup)
         result.update(num_envs=args.num_envs, steps=args.steps, warmup=args.warmup, seed=args.seed, task=args.task,
-                      overrides=args.override,
+                      overrides=args.override, mjwarp_reset_route=mjwarp_reset_route(env),
                       unilab_file=__import__("unilab").__file__)
         args.output.write_text(json.dumps(result, indent=1) + "\n")
     else:

@@ -90,11 +90,14 @@ def agreement_table(folder: Path) -> str:
 def profile_table(folder: Path) -> str:
     """One row per env profile JSON: env step wall and the env's own phase means (ms per env step)."""
     header = " | ".join(label for _, label in PROFILE_PHASES)
-    lines = [f"| profile | task | envs | timed steps | resets | env step (wall) | {header} |",
-             "|---|---|---|---|---|---|" + "---|" * len(PROFILE_PHASES)]
+    lines = [f"| profile | task | reset route | envs | timed steps | resets | env step (wall) | {header} |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(PROFILE_PHASES)]
     for name, result in _jsons(folder):
         means = result["mean_ms"]
         cells = " | ".join(bench_report._fmt(means.get(key)) for key, _ in PROFILE_PHASES)  # noqa: SLF001
-        lines.append(f"| {name} | {result.get('task', 'g1_walk_flat/mujoco')} | {result['num_envs']} | "
+        task = result.get("task", "g1_walk_flat/mujoco")
+        # Profiles before unisim 0003 carry no route: the mjwarp adapter then had only the whole-array one.
+        route = result.get("mjwarp_reset_route", "whole-array" if task.endswith("/mjwarp") else None) or "–"
+        lines.append(f"| {name} | {task} | {route} | {result['num_envs']} | "
                      f"{result['timed_steps']} | {result['resets']} | {result['wall_ms_per_step']:.2f} | {cells} |")
     return "\n".join(lines)
