@@ -1,9 +1,11 @@
 """Markdown tables of the GPU-physics evidence (issue 12), generated from committed result files.
 
-Three tables, registered in ``readme_tables`` so README blocks are regenerated and checked like the bench's:
+Four tables, registered in ``readme_tables`` so README blocks are regenerated and checked like the bench's:
 ``physics`` (bench runs: the same configuration on CPU MuJoCo and on MuJoCo Warp, side by side, with the
-ratio), ``agreement`` (``mjwarp_agreement.py`` JSONs: one-step agreement with CPU MuJoCo) and
-``env-profile`` (``collector_profile.py --mode profile`` JSONs: the env alone, no learner, per phase).
+ratio), ``agreement`` (``mjwarp_agreement.py`` JSONs: one-step agreement with CPU MuJoCo),
+``env-profile`` (``collector_profile.py --mode profile`` JSONs: the env alone, no learner, per phase) and
+``sim-training`` (training runs of several seeds on each physics: learning per env step compared with
+``parity_stats``' equivalence test, MJWarp against CPU MuJoCo).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_report
+import parity_stats
 
 #: The env's own per-step timings shown by the profile table (``info["timing"]`` keys, ms per env step).
 PROFILE_PHASES = (
@@ -100,4 +103,38 @@ def profile_table(folder: Path) -> str:
         route = result.get("mjwarp_reset_route", "whole-array" if task.endswith("/mjwarp") else None) or "–"
         lines.append(f"| {name} | {task} | {route} | {result['num_envs']} | "
                      f"{result['timed_steps']} | {result['resets']} | {result['wall_ms_per_step']:.2f} | {cells} |")
+    return "\n".join(lines)
+
+
+#: The MuJoCo-trained arm is the reference of the sim-training comparison.
+SIM_LABELS = {"mujoco": "CPU MuJoCo", "mjwarp": "MuJoCo Warp (GPU)"}
+
+
+def sim_training_table(folder: Path, *, final_last: int = 500) -> str:
+    """Learning per env step on each physics: per-seed metrics and the MJWarp-vs-MuJoCo equivalence verdict.
+
+    Each run's reward curve is its collector's logged reward on its **own** simulator (exploration on), so this
+    says whether MJWarp-trained runs learn the G1 task as fast per env step as MuJoCo-trained ones, judged by
+    the same two-sided test as the learning-parity check (``parity_stats.verdict``: the 90 % Welch interval of
+    the difference of each metric inside ±15 % of the MuJoCo arm's learning gain).
+    """
+    runs = bench_report.load_runs(folder)
+    arms: dict[str, dict[str, dict[str, float]]] = {}
+    for run in runs:
+        if run.get("status") != "completed":
+            continue
+        metrics = parity_stats.curve_metrics(parity_stats.rewards_of(run), final_last=final_last)
+        if metrics is not None:
+            seed = str((run.get("training_config") or {}).get("seed"))
+            arms.setdefault(str(run.get("backend", "mujoco")), {})[seed] = metrics
+    lines = [f"| physics | seeds | area under curve per env step, per seed | final (last {final_last}), per seed |",
+             "|---|---|---|---|"]
+    for sim in ("mujoco", "mjwarp"):
+        seeds = arms.get(sim, {})
+        cells = [", ".join(f"{seed}: {m[metric]:.3f}" for seed, m in sorted(seeds.items()))
+                 for metric in parity_stats.METRICS]
+        lines.append(f"| {SIM_LABELS[sim]} | {len(seeds)} | {' | '.join(cells)} |")
+    result = parity_stats.verdict(arms.get("mjwarp", {}), arms.get("mujoco", {}))
+    lines.append(f"\n**MuJoCo Warp vs CPU MuJoCo: {'EQUIVALENT' if result['passed'] else 'NOT SHOWN EQUIVALENT'}** "
+                 f"— {result['reason']}")
     return "\n".join(lines)

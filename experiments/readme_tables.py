@@ -36,6 +36,7 @@ TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
 FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "agreement": mjwarp_report.agreement_table,
     "env-profile": mjwarp_report.profile_table,
+    "sim-training": mjwarp_report.sim_training_table,
     "parity": bench_parity.table,
     "ttr": time_to_reward.table,
 }
