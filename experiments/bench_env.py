@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import tarfile
 import warnings
@@ -62,6 +63,23 @@ def runtime_drift(pins: dict[str, str], torch_version: str, device: str | None) 
         "torch": None if torch_version == torch_pin else f"pinned {torch_pin}, ran {torch_version}",
         "device": None if device is None or device == gpu_pin else f"reference {gpu_pin}, ran {device}",
     }
+
+
+def cuda_mps_state() -> str | None:
+    """Whether a CUDA MPS control daemon serves this host: "on", "off", or None where the tool is absent.
+
+    With the daemon running, the collector (Warp) and the learner (torch) run as clients of one MPS server and
+    share the GPU instead of time-slicing between two contexts, which changes the figures; every run records it.
+    """
+    tool = shutil.which("nvidia-cuda-mps-control")
+    if tool is None:
+        return None
+    try:
+        probe = subprocess.run([tool], input="get_server_list\n", capture_output=True, text=True, timeout=10,
+                               check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "off"
+    return "on" if probe.returncode == 0 else "off"
 
 
 def require_sim(sim: str) -> None:

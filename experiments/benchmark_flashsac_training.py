@@ -480,6 +480,7 @@ def run(args: argparse.Namespace) -> int:
             "unilab_source": meta.get("unilab_source"),
             "version_drift": bench_env.version_drift(versions, pins, sim=args.backend) if versions else None,
             "hostname": os.uname().nodename,
+            "cuda_mps": bench_env.cuda_mps_state(),
         },
         "applied": state,
         "series_sha256": state.get("series_sha256"),

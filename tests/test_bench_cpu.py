@@ -624,3 +624,19 @@ def test_mjwarp_runs_compare_the_gpu_physics_pins_and_cpu_runs_do_not() -> None:
     found = {"torch": "2.11.0", "mujoco-warp": "3.11.0", "warp-lang": "1.15.0"}
     assert bench_env.version_drift(found, pins, sim="mjwarp") == {"warp-lang": {"pinned": "1.16.0", "found": "1.15.0"}}
     assert bench_env.version_drift({**found, "warp-lang": None}, pins) == {}
+
+
+@pytest.mark.parametrize(("exit_code", "expected"), [(0, "on"), (1, "off")])
+def test_cuda_mps_state_follows_the_control_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 exit_code: int, expected: str) -> None:
+    """Runs record whether an MPS daemon served the host: the control tool's answer to get_server_list decides."""
+    tool = tmp_path / "nvidia-cuda-mps-control"
+    tool.write_text(f"#!/bin/sh\nread line\n[ \"$line\" = get_server_list ] || exit 3\nexit {exit_code}\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert bench_env.cuda_mps_state() == expected
+
+
+def test_cuda_mps_state_is_none_without_the_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert bench_env.cuda_mps_state() is None
