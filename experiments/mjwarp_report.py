@@ -106,7 +106,7 @@ def profile_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
-#: The MuJoCo-trained arm is the reference of the sim-training comparison.
+#: Row labels of the sim-training table (its verdict takes the MuJoCo arm as the reference).
 SIM_LABELS = {"mujoco": "CPU MuJoCo", "mjwarp": "MuJoCo Warp (GPU)"}
 
 
@@ -118,15 +118,8 @@ def sim_training_table(folder: Path, *, final_last: int = 500) -> str:
     the same two-sided test as the learning-parity check (``parity_stats.verdict``: the 90 % Welch interval of
     the difference of each metric inside ±15 % of the MuJoCo arm's learning gain).
     """
-    runs = bench_report.load_runs(folder)
-    arms: dict[str, dict[str, dict[str, float]]] = {}
-    for run in runs:
-        if run.get("status") != "completed":
-            continue
-        metrics = parity_stats.curve_metrics(parity_stats.rewards_of(run), final_last=final_last)
-        if metrics is not None:
-            seed = str((run.get("training_config") or {}).get("seed"))
-            arms.setdefault(str(run.get("backend", "mujoco")), {})[seed] = metrics
+    arms = parity_stats.arm_metrics(bench_report.load_runs(folder), final_last=final_last,
+                                    arm_of=lambda run: str(run.get("backend", "mujoco")))
     lines = [f"| physics | seeds | area under curve per env step, per seed | final (last {final_last}), per seed |",
              "|---|---|---|---|"]
     for sim in ("mujoco", "mjwarp"):

@@ -20,7 +20,7 @@ that learns worse.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist, fmean, stdev
 from typing import Any
@@ -75,8 +75,10 @@ def welch_interval(a: Sequence[float], b: Sequence[float], *, alpha: float = ALP
     return Interval(difference, difference - half, difference + half, df)
 
 
-def arm_metrics(runs: Sequence[dict[str, Any]], *, final_last: int) -> dict[str, dict[str, dict[str, float]]]:
-    """configuration → seed → metrics, for the completed runs."""
+def arm_metrics(runs: Sequence[dict[str, Any]], *, final_last: int,
+                arm_of: Callable[[dict[str, Any]], str] = lambda run: str(run.get("config"))
+                ) -> dict[str, dict[str, dict[str, float]]]:
+    """arm (the run's configuration, or what ``arm_of`` names) → seed → metrics, for the completed runs."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for run in runs:
         if run.get("status") != "completed":
@@ -84,7 +86,7 @@ def arm_metrics(runs: Sequence[dict[str, Any]], *, final_last: int) -> dict[str,
         metrics = curve_metrics(rewards_of(run), final_last=final_last)
         if metrics is not None:
             seed = str((run.get("training_config") or {}).get("seed"))
-            out.setdefault(str(run.get("config")), {})[seed] = metrics
+            out.setdefault(arm_of(run), {})[seed] = metrics
     return out
 
 

@@ -3,7 +3,8 @@
 
 A block in README.md (or a results folder's README.md) is delimited by ``<!-- table:KIND:FOLDER -->`` and ``<!-- /table -->``, where KIND is a
 table of ``bench_report`` (``throughput``, ``timings``, ``pace``) or of ``mjwarp_report`` (``physics`` from run
-JSONs; ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER), ``parity`` (bench_parity) or
+JSONs; ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs
+of several seeds per physics), ``parity`` (bench_parity) or
 ``ttr`` (time_to_reward) from a folder's run JSONs, and FOLDER a results folder
 relative to the project root. ``python experiments/readme_tables.py`` rewrites every block of every such document from its folder;
 ``--check`` exits 1, naming the first stale block, when a document and results disagree (the test suite runs it).

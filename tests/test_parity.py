@@ -7,6 +7,7 @@ learner that learned nothing on it; the equivalence test must not.
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from pathlib import Path
 
@@ -147,3 +148,21 @@ def test_committed_ttr_rows_come_from_the_runs() -> None:
     # a threshold no run reaches gives "never", not a time
     never = time_to_reward.arm_rows(runs, threshold=1e6)
     assert all(r["minutes"] is None for r in never) and "| never |" in time_to_reward.markdown(never, 1e6)
+
+
+def test_sim_training_table_compares_the_physics_of_the_runs(tmp_path: Path) -> None:
+    """The sim-training table groups runs by physics (not configuration) and judges MJWarp against MuJoCo."""
+    import mjwarp_report
+
+    def write(runs: list[dict], backend: str, folder: Path) -> None:
+        folder.mkdir(exist_ok=True)
+        for run in runs:
+            run["backend"] = backend
+            (folder / f"{backend}-{run['training_config']['seed']}.json").write_text(json.dumps(run))
+
+    same, worse = tmp_path / "same", tmp_path / "worse"
+    for folder, candidate_gain in ((same, 3.0), (worse, 2.0)):
+        write(_arm("patched-default", [0.0, 0.05, -0.05, 0.02, -0.02]), "mujoco", folder)
+        write(_arm("patched-default", [0.01, -0.04, 0.04, -0.01, 0.0], gain=candidate_gain), "mjwarp", folder)
+    assert "**MuJoCo Warp vs CPU MuJoCo: EQUIVALENT**" in mjwarp_report.sim_training_table(same, final_last=100)
+    assert "NOT SHOWN EQUIVALENT" in mjwarp_report.sim_training_table(worse, final_last=100)
