@@ -18,6 +18,12 @@
 #           (16) cores with taskset, so two invocations never share a core; GPU0_PLAN and GPU1_PLAN are the
 #           make variables of each (e.g. 'SETTING=report SCHEDULES=2 CONFIGS=baseline-1.3.2,patched-default');
 #           GPUn_CHECKS=1 runs validate_numerics.py --mode gpu after that GPU's bench, on its cores. Run it alone.
+#   sim2sim-train  issue 12 item 3b: seeds SEEDS (1 2 3 4 5) × physics (CPU MuJoCo, MJWarp) at the report's
+#           setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run dirs and
+#           checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
+#   sim2sim-eval   a later call on the same (warm) machine: each checkpoint of $SIM2SIM_DIR evaluated on CPU
+#           MuJoCo (experiments/policy_eval.py, EVAL_STEPS (1000) steps × 256 envs, evaluation seed 1), all
+#           concurrently on the CPUs; `policy_eval_report.py <folder of the eval JSONs>` writes the README.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -25,7 +31,8 @@
 # (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: device_evidence.sh checks|parity|ttr|bench|pinned ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: device_evidence.sh checks|parity|ttr|bench|pinned|sim2sim-train|sim2sim-eval ..." >&2
+                  exit 2; }
 budget=${BUDGET_S:-540}
 work=/tmp/evidence
 rm -rf "$work" && mkdir -p "$work"
@@ -44,6 +51,7 @@ assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
 # Seed the G1 assets once, before parallel invocations would each try to.
 tree=$(python3 experiments/bench_env.py path unilab-tree) || exit 1
 baseline=$(python3 experiments/bench_env.py path baseline-uni-rl) || exit 1
+sim2sim=${SIM2SIM_DIR:-/tmp/sim2sim}
 python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments'); import bench_env; \
 print(bench_env.ensure_assets(Path('$tree').resolve(), Path('$assets')))" || exit 1
 
@@ -110,7 +118,34 @@ for mode in "$@"; do
             --output $work/validate_numerics_gpu.json; fi"
       done
       ;;
-    *) echo "device_evidence.sh: unknown mode $mode (checks|parity|ttr|bench|pinned)" >&2; exit 2 ;;
+    sim2sim-train)
+      mkdir -p "$work/sim2sim-runs"
+      for sim in mujoco mjwarp; do
+        for seed in ${SEEDS:-1 2 3 4 5}; do
+          on_gpu 0 "train-$sim-seed$seed" python3 experiments/benchmark_flashsac_training.py --unilab-root "$tree" \
+            --setting report --config patched-default --backend "$sim" --seed "$seed" \
+            --iterations "${SIM2SIM_ITERATIONS:-3000}" --live-panel never --run-dir "$sim2sim/$sim-seed$seed" \
+            --output "$sim2sim/$sim-seed$seed.json"
+        done
+      done
+      wait
+      cp "$sim2sim"/*.json "$work/sim2sim-runs/"
+      ;;
+    sim2sim-eval)
+      mkdir -p "$work/sim2sim-eval"
+      for run in "$sim2sim"/*/; do
+        name=$(basename "$run")
+        checkpoint=$(find "$run" -name 'model_*.pt' | sort -V | tail -1)
+        [ -n "$checkpoint" ] || { echo "sim2sim-eval: no checkpoint under $run" >&2; continue; }
+        # CPU only (no GPU visible), from the tree root with the overlay first, as experiments/policy_eval.py says.
+        on_gpu "" "eval-$name" bash -c "cd '$tree' && PYTHONPATH='$PWD/overlay:$tree/src:$PYTHONPATH' \
+          python3 '$PWD/experiments/policy_eval.py' --checkpoint '$checkpoint' --training-run '$sim2sim/$name.json' \
+          --num-envs 256 --steps ${EVAL_STEPS:-1000} --seeds 1 --label '$name' \
+          --output '$work/sim2sim-eval/$name.json'"
+      done
+      ;;
+    *) echo "device_evidence.sh: unknown mode $mode (checks|parity|ttr|bench|pinned|sim2sim-train|sim2sim-eval)" >&2
+       exit 2 ;;
   esac
 done
 wait

@@ -12,7 +12,12 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import fmean, stdev
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import parity_stats  # noqa: E402
 
 PHYSICS = {"mujoco": "CPU MuJoCo", "mjwarp": "MuJoCo Warp (GPU)"}
 
@@ -58,18 +63,47 @@ def results_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def pair_table(runs: Sequence[dict[str, Any]]) -> str:
-    """Per training setting: MJWarp-trained minus MuJoCo-trained eval reward per step, against the seed spread."""
-    rows = ["| training setting | MJWarp-trained − MuJoCo-trained, eval reward / env step | eval-seed std (MJWarp · MuJoCo) |",
-            "|---|---|---|"]
-    by_setting: dict[str, dict[str, dict[str, Any]]] = {}
+def _by_setting(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """training setting → physics → the ``reward_per_step`` statistics of each checkpoint (one per training seed)."""
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in runs:
-        by_setting.setdefault(setting(r), {})[r["checkpoint"]["trained"]["sim_backend"]] = r["across_seeds"]["reward_per_step"]
-    for name, sides in by_setting.items():
-        if {"mjwarp", "mujoco"} <= sides.keys():
-            w, m = sides["mjwarp"], sides["mujoco"]
-            stds = " · ".join("–" if x["std"] is None else f"{x['std']:.4f}" for x in (w, m))
-            rows.append(f"| {name} | {w['mean'] - m['mean']:+.4f} | {stds} |")
+        sim = r["checkpoint"]["trained"]["sim_backend"]
+        out.setdefault(setting(r), {}).setdefault(sim, []).append(r["across_seeds"]["reward_per_step"])
+    return out
+
+
+def training_seeds(runs: Sequence[dict[str, Any]]) -> int:
+    """The fewest checkpoints (training seeds) of one physics in one setting: what any verdict rests on."""
+    return min(len(checkpoints) for sides in _by_setting(runs).values() for checkpoints in sides.values())
+
+
+def pair_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Per training setting: MJWarp-trained minus MuJoCo-trained eval reward per step, and whether it is within seed noise.
+
+    With one checkpoint a side there is no verdict: the spread shown is that over evaluation seeds of one policy.
+    With two or more a side (training seeds), the rule, fixed before any multi-seed run: the 90 % Welch interval of
+    the difference of the per-checkpoint means must lie inside ±15 % (``parity_stats.MARGIN_FRACTION``) of the
+    MuJoCo-trained mean; the spread shown is over training seeds.
+    """
+    rows = ["| training setting | checkpoints (MJWarp · MuJoCo) | MJWarp-trained − MuJoCo-trained, eval reward / env step "
+            "| spread (MJWarp · MuJoCo) | within seed noise |", "|---|---|---|---|---|"]
+    for name, sides in _by_setting(runs).items():
+        if not {"mjwarp", "mujoco"} <= sides.keys():
+            continue
+        w, m = sides["mjwarp"], sides["mujoco"]
+        counts = f"{len(w)} · {len(m)}"
+        if len(w) < 2 or len(m) < 2:
+            stds = " · ".join("–" if x["std"] is None else f"{x['std']:.4f} (eval seeds)" for x in (w[0], m[0]))
+            rows.append(f"| {name} | {counts} | {fmean(x['mean'] for x in w) - fmean(x['mean'] for x in m):+.4f} "
+                        f"| {stds} | no verdict: one training seed a side |")
+            continue
+        w_means, m_means = [x["mean"] for x in w], [x["mean"] for x in m]
+        interval = parity_stats.welch_interval(w_means, m_means)
+        margin = parity_stats.MARGIN_FRACTION * abs(fmean(m_means))
+        inside = -margin <= interval.low and interval.high <= margin
+        rows.append(f"| {name} | {counts} | {interval.difference:+.4f}, 90% CI [{interval.low:+.4f}, "
+                    f"{interval.high:+.4f}] | {stdev(w_means):.4f} · {stdev(m_means):.4f} (training seeds) "
+                    f"| {'**yes**' if inside else '**not shown**'} (±{margin:.4f}) |")
     return "\n".join(rows)
 
 
@@ -109,18 +143,34 @@ def render(runs: Sequence[dict[str, Any]]) -> str:
     seeds = " ".join(str(s) for s in args["seeds"])
     wall = sum(s["wall_s"] for r in runs for s in r["seeds"])
     iterations = "/".join(sorted({str(r.get("training", {}).get("iterations", "?")) for r in runs}))
+    several = training_seeds(runs) >= 2
+    scope = ("Each side holds several training seeds: the table below says, per training setting, whether the "
+             "difference is within seed noise." if several else
+             "This folder is a first measurement, **not** that claim: see the caveat.")
+    caveat = (f"""## Seeds
+
+Each side holds {training_seeds(runs)} or more checkpoints, one per training seed, of **{iterations} iterations**.
+The verdict compares their per-checkpoint means: the 90 % Welch interval of MJWarp − MuJoCo must lie inside ±15 %
+of the MuJoCo-trained mean (`pair_table`'s docstring). The ± in the results table is still the spread over
+evaluation seeds of each policy.""" if several else f"""## Caveat: evaluation-seed spread only
+
+Each side is **one training run** (one training seed) of **{iterations} iterations**. The ± above is the spread over
+evaluation seeds of the same policy; it says how precisely each policy was measured, not how much two training
+runs of the same configuration differ. "Within seed noise" needs several training seeds per side (the
+training-seed spread); until then no difference or agreement between the MJWarp and the MuJoCo column is a
+claim about the simulators.""")
     return f"""# Sim-to-sim: MJWarp-trained vs MuJoCo-trained FlashSAC policies, evaluated on CPU MuJoCo
 
 Issue 12, item 3b: a policy trained on MuJoCo Warp, evaluated on CPU MuJoCo (UniLab's sim-to-sim evaluation),
-should reach a reward per env step within seed noise of a policy trained on CPU MuJoCo. This folder is a first
-measurement, **not** that claim: see the caveat.
+should reach a reward per env step within seed noise of a policy trained on CPU MuJoCo.
+{scope}
 
 Generated by `experiments/policy_eval_report.py` from the JSONs here (one per checkpoint, written by
 `experiments/policy_eval.py`, whose docstring defines every number). Do not edit by hand.
 
 ## What ran
 
-- **Checkpoints** (one training run each; test data, not committed: path and sha256 in each JSON):
+- **Checkpoints** (test data, not committed: path and sha256 in each JSON):
 {trained_where(runs)}
 - **Evaluation**: UniLab 1.3.2's own off-policy play path (`create_sac_playback_session`: the tree's actor built
   with the env's dims, the sim2sim contract check against each run's `run_config.json`{contract_note(runs)}),
@@ -129,8 +179,8 @@ Generated by `experiments/policy_eval_report.py` from the JSONs here (one per ch
 - **Budget**: task `{args['task']}` (CPU MuJoCo) from the applied tree, {args['num_envs']} envs × {args['steps']}
   env steps × evaluation seeds {seeds}, the same for every checkpoint (the task's time limit,
   `env.max_episode_seconds` 20 s at `ctrl_dt` 0.02 s, is 1000 steps).
-- **Machine**: this project's CPU box, {machine['cpu']}, {machine['cpus_usable']} usable CPUs shared with other
-  work (wall times are not measurements: {wall / 60:.0f} min in total), {machine['platform']}, Python
+- **Machine** (as the JSONs record it): {machine['cpu']}, {machine['cpus_usable']} usable CPUs (wall times are
+  not measurements: {wall / 60:.0f} min in total), {machine['platform']}, Python
   {machine['python']}, torch on the CPU; {versions}.
 
 ## Results
@@ -152,13 +202,7 @@ curriculum's scale at the end of each seed's window:
 
 {terms_table(runs)}
 
-## Caveat: evaluation-seed spread only
-
-Each side is **one training run** (one training seed) of **{iterations} iterations**. The ± above is the spread over
-evaluation seeds of the same policy; it says how precisely each policy was measured, not how much two training
-runs of the same configuration differ. "Within seed noise" needs several training seeds per side (the
-training-seed spread); until then no difference or agreement between the MJWarp and the MuJoCo column is a
-claim about the simulators.
+{caveat}
 
 ## Reproduce
 

@@ -177,3 +177,22 @@ def test_committed_readme_is_generated_from_its_jsons(tmp_path: Path) -> None:
     victim.write_text(json.dumps(data))
     proc = subprocess.run([*check, str(copy)], capture_output=True, text=True, check=False)
     assert proc.returncode == 1 and "stale" in proc.stderr
+
+
+def _evaluated(sim: str, seed: int, mean: float) -> dict:
+    """The parts of a policy_eval.py JSON the pair table reads: where it trained and its reward per step."""
+    trained = {"sim_backend": sim, "num_envs": 256, "batch_size": 256, "updates_per_step": 2, "policy_frequency": 2,
+               "seed": seed}
+    return {"checkpoint": {"trained": trained}, "across_seeds": {"reward_per_step": {"mean": mean, "std": 0.001}}}
+
+
+def test_pair_table_judges_several_training_seeds_and_refuses_one() -> None:
+    sys.path.insert(0, str(PROJECT / "experiments"))
+    import policy_eval_report
+
+    mujoco = [_evaluated("mujoco", s, m) for s, m in enumerate((0.190, 0.186, 0.192, 0.188, 0.189), 1)]
+    same = [_evaluated("mjwarp", s, m) for s, m in enumerate((0.189, 0.191, 0.187, 0.190, 0.188), 1)]
+    worse = [_evaluated("mjwarp", s, m - 0.06) for s, m in enumerate((0.189, 0.191, 0.187, 0.190, 0.188), 1)]
+    assert "**yes**" in policy_eval_report.pair_table(same + mujoco)
+    assert "**not shown**" in policy_eval_report.pair_table(worse + mujoco)
+    assert "no verdict: one training seed a side" in policy_eval_report.pair_table(same[:1] + mujoco[:1])
