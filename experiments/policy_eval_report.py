@@ -143,13 +143,14 @@ def render(runs: Sequence[dict[str, Any]]) -> str:
     seeds = " ".join(str(s) for s in args["seeds"])
     wall = sum(s["wall_s"] for r in runs for s in r["seeds"])
     iterations = "/".join(sorted({str(r.get("training", {}).get("iterations", "?")) for r in runs}))
-    several = training_seeds(runs) >= 2
+    fewest_seeds = training_seeds(runs)
+    several = fewest_seeds >= 2
     scope = ("Each side holds several training seeds: the table below says, per training setting, whether the "
              "difference is within seed noise." if several else
              "This folder is a first measurement, **not** that claim: see the caveat.")
     caveat = (f"""## Seeds
 
-Each side holds {training_seeds(runs)} or more checkpoints, one per training seed, of **{iterations} iterations**.
+Each side holds {fewest_seeds} or more checkpoints, one per training seed, of **{iterations} iterations**.
 The verdict compares their per-checkpoint means: the 90 % Welch interval of MJWarp − MuJoCo must lie inside ±15 %
 of the MuJoCo-trained mean (`pair_table`'s docstring). The ± in the results table is still the spread over
 evaluation seeds of each policy.""" if several else f"""## Caveat: evaluation-seed spread only
