@@ -75,15 +75,25 @@ def pooled(runs: Sequence[dict[str, Any]], field: str) -> dict[str, float | int]
 _GPU_PHYSICS = " @mjwarp"
 
 
+#: Suffix of a row whose runs had the CUDA MPS control daemon running (``device.cuda_mps`` "on"): the collector's
+#: and the learner's processes then share the GPU as clients of one server instead of time-slicing it.
+_MPS = " @mps"
+
+
+def mps_suffix(run: dict[str, Any]) -> str:
+    """The row suffix of a run made with the CUDA MPS daemon running, else ""."""
+    return _MPS if (run.get("device") or {}).get("cuda_mps") == "on" else ""
+
+
 def run_key(run: dict[str, Any]) -> str:
-    """The run's row: its configuration, marked when its collector ran MuJoCo Warp."""
+    """The run's row: its configuration, marked when its collector ran MuJoCo Warp and when MPS was on."""
     config = str(run.get("config"))
-    return config + _GPU_PHYSICS if run.get("backend") == "mjwarp" else config
+    return (config + _GPU_PHYSICS if run.get("backend") == "mjwarp" else config) + mps_suffix(run)
 
 
 def _config_order(name: str) -> tuple[int, str]:
     order = list(bench_configs.MATRIX_CONFIGS)
-    base = name.removesuffix(_GPU_PHYSICS)
+    base = name.removesuffix(_MPS).removesuffix(_GPU_PHYSICS)
     return (order.index(base) if base in order else len(order), name)
 
 
@@ -100,6 +110,8 @@ def _table_order(key: tuple[str, str]) -> tuple[tuple[str, str], tuple[int, str]
 
 
 def _label(name: str, runs: Sequence[dict[str, Any]]) -> str:
+    if name.endswith(_MPS):
+        return _label(name.removesuffix(_MPS), runs) + ", CUDA MPS"
     if name.endswith(_GPU_PHYSICS) and name.removesuffix(_GPU_PHYSICS) in bench_configs.CONFIGS:
         return bench_configs.CONFIGS[name.removesuffix(_GPU_PHYSICS)].label + ", MuJoCo Warp GPU physics"
     if name in bench_configs.CONFIGS:

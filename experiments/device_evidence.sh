@@ -23,7 +23,8 @@
 #           checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
 #   sim2sim-eval   a later call on the same (warm) machine: each checkpoint of $SIM2SIM_DIR evaluated on CPU
 #           MuJoCo (experiments/policy_eval.py, EVAL_STEPS (1000) steps × 256 envs, evaluation seed 1), all
-#           concurrently on the CPUs; `policy_eval_report.py <folder of the eval JSONs>` writes the README.
+#           concurrently, each on its own core with one math thread; `policy_eval_report.py <folder of the eval JSONs>`
+#           writes the README.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -133,15 +134,20 @@ for mode in "$@"; do
       ;;
     sim2sim-eval)
       mkdir -p "$work/sim2sim-eval"
+      cores=$(nproc) index=0
       for run in "$sim2sim"/*/; do
         name=$(basename "$run")
         checkpoint=$(find "$run" -name 'model_*.pt' | sort -V | tail -1)
         [ -n "$checkpoint" ] || { echo "sim2sim-eval: no checkpoint under $run" >&2; continue; }
         # CPU only (no GPU visible), from the tree root with the overlay first, as experiments/policy_eval.py says.
-        on_gpu "" "eval-$name" bash -c "cd '$tree' && PYTHONPATH='$PWD/overlay:$tree/src:$PYTHONPATH' \
+        # One core and one math thread each: ten evaluations left to their default thread pools on 16 cores
+        # oversubscribed them so far that none finished in 300 s; pinned, each takes about 100 s.
+        on_gpu "" "eval-$name" env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 taskset -c $((index % cores)) bash -c \
+          "cd '$tree' && PYTHONPATH='$PWD/overlay:$tree/src:$PYTHONPATH' \
           python3 '$PWD/experiments/policy_eval.py' --checkpoint '$checkpoint' --training-run '$sim2sim/$name.json' \
           --num-envs 256 --steps ${EVAL_STEPS:-1000} --seeds 1 --label '$name' \
           --output '$work/sim2sim-eval/$name.json'"
+        index=$((index + 1))
       done
       ;;
     *) echo "device_evidence.sh: unknown mode $mode (checks|parity|ttr|bench|pinned|sim2sim-train|sim2sim-eval)" >&2

@@ -619,6 +619,21 @@ def test_mjwarp_runs_get_their_own_rows_and_the_physics_table_sets_them_side_by_
     assert sum("MuJoCo Warp (GPU)" in line for line in mjwarp_report.physics_table(alone).splitlines()) == 1
 
 
+def test_runs_under_cuda_mps_get_their_own_row() -> None:
+    runs = bench_report.load_runs(PROJECT / "results" / "h200-2026-12-01-s8" / "bench-mps")
+    assert sorted(r["device"]["cuda_mps"] for r in runs) == ["off", "on"]
+    table = bench_report.throughput_table(runs)
+    rows = [line for line in table.splitlines() if "MuJoCo Warp GPU physics" in line]
+    assert len(rows) == 2 and sum(", CUDA MPS |" in line for line in rows) == 1
+    on = next(r for r in runs if r["device"]["cuda_mps"] == "on")
+    mps_row = next(line for line in rows if "CUDA MPS" in line)
+    assert mps_row.split("|")[3].strip() == f"{on['wall_per_iter_ms']['mean_ms']:.2f}"
+    # Negative control: the same runs without the MPS record fall into one row (the split comes from the record).
+    for run in runs:
+        run["device"].pop("cuda_mps")
+    assert sum("MuJoCo Warp GPU physics" in line for line in bench_report.throughput_table(runs).splitlines()) == 1
+
+
 def test_mjwarp_runs_compare_the_gpu_physics_pins_and_cpu_runs_do_not() -> None:
     pins = {"TORCH_VERSION": "2.11.0", "MUJOCO_WARP_VERSION": "3.11.0", "WARP_LANG_VERSION": "1.16.0"}
     found = {"torch": "2.11.0", "mujoco-warp": "3.11.0", "warp-lang": "1.15.0"}
