@@ -25,6 +25,8 @@ from conftest import PROJECT, runnable_tree
 HARNESS = PROJECT / "experiments" / "policy_eval.py"
 REPORT = PROJECT / "experiments" / "policy_eval_report.py"
 RESULTS = PROJECT / "results" / "mjwarp-sim2sim-2026-12-01"
+#: Item 3b's evidence: five training seeds a side, each final checkpoint evaluated on CPU MuJoCo.
+SEEDS_RESULTS = PROJECT / "results" / "h200-2026-12-01-s8" / "sim2sim" / "eval"
 SMALL = ("--num-envs", "8", "--steps", "60")
 
 #: Builds and saves an untrained actor from the tree's config (run in the tree root, overlay on PYTHONPATH).
@@ -167,8 +169,9 @@ def test_missing_inputs_are_one_line(tree: tuple[Path, Path], untrained: Path, t
 
 def test_committed_readme_is_generated_from_its_jsons(tmp_path: Path) -> None:
     check = [sys.executable, str(REPORT), "--check"]
-    proc = subprocess.run([*check, str(RESULTS)], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
+    for folder in (RESULTS, SEEDS_RESULTS):
+        proc = subprocess.run([*check, str(folder)], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
     copy = tmp_path / "results"
     shutil.copytree(RESULTS, copy)
     victim = min(copy.glob("*.json"))
