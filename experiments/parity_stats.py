@@ -62,6 +62,10 @@ class Interval:
     high: float
     df: float
 
+    def inside(self, margin: float) -> bool:
+        """The equivalence rule: the whole interval lies within ±margin."""
+        return -margin <= self.low and self.high <= margin
+
 
 def welch_interval(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA) -> Interval:
     """Welch's interval for the difference of two means with unequal variances (needs ≥ 2 values each)."""
@@ -100,7 +104,7 @@ def verdict(candidate: dict[str, dict[str, float]], baseline: dict[str, dict[str
     for metric in METRICS:
         interval = welch_interval([m[metric] for m in candidate.values()], [m[metric] for m in baseline.values()])
         tests[metric] = {"difference": interval.difference, "ci_low": interval.low, "ci_high": interval.high,
-                         "df": interval.df, "equivalent": -margin <= interval.low and interval.high <= margin}
+                         "df": interval.df, "equivalent": interval.inside(margin)}
     passed = all(t["equivalent"] for t in tests.values())
     reason = "; ".join(f"{metric}: {t['difference']:+.3f}, {100 * (1 - 2 * ALPHA):.0f}% CI "
                        f"[{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] {'inside' if t['equivalent'] else 'outside'} "

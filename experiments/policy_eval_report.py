@@ -100,10 +100,9 @@ def pair_table(runs: Sequence[dict[str, Any]]) -> str:
         w_means, m_means = [x["mean"] for x in w], [x["mean"] for x in m]
         interval = parity_stats.welch_interval(w_means, m_means)
         margin = parity_stats.MARGIN_FRACTION * abs(fmean(m_means))
-        inside = -margin <= interval.low and interval.high <= margin
         rows.append(f"| {name} | {counts} | {interval.difference:+.4f}, 90% CI [{interval.low:+.4f}, "
                     f"{interval.high:+.4f}] | {stdev(w_means):.4f} · {stdev(m_means):.4f} (training seeds) "
-                    f"| {'**yes**' if inside else '**not shown**'} (±{margin:.4f}) |")
+                    f"| {'**yes**' if interval.inside(margin) else '**not shown**'} (±{margin:.4f}) |")
     return "\n".join(rows)
 
 
