@@ -146,9 +146,11 @@ def patched_uni_rl_root(applied_session: tuple[Path, Path]) -> Path:
     return applied_session[1]
 
 
-def make(*args: str) -> subprocess.CompletedProcess:
-    """`make ARGS` in the project as CI runs it: no inherited make or Python paths, pip offline on the cache."""
+def make(*args: str, cwd: Path = PROJECT, **extra: str) -> subprocess.CompletedProcess:
+    """`make ARGS` in the project (or a copy of it, cwd) as CI runs it: no inherited make or Python paths, pip
+    offline on the cache; extra: more environment."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "PYTHONPATH")}
     env.update(PATCHSET_CACHE=str(cache_dir()), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(cache_dir()))
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=PROJECT, env=env, capture_output=True,
+    env.update(extra)
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600, check=False)

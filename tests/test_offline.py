@@ -32,6 +32,7 @@ ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.xz" 
 HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 #: Files a user gets from the project: none may point at the lab's ../shared folder.
 SHIPPED = ("README.md", "Makefile", "requirements.txt", "VERSIONS.env", "experiments", "scripts", "overlay")
+UNREACHABLE = "http://127.0.0.1:9/simple"  # nothing listens on the discard port
 
 
 def offline(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -127,14 +128,15 @@ def test_wheelhouse_layout_and_manifest(built: Path) -> None:
     assert record["python_version"] == HERE_PYTHON and record["wheel_list"] == ["unilab-rl==1.3.2"]
     assert sorted(record["files"]) == [
         "assets/unilab-1.3.2-g1-assets.tar.xz", "pinned/unilab-1.3.2.tar.gz",
-        "pinned/unilab_rl-1.3.2-py3-none-any.whl", "wheels/unilab_rl-1.3.2-py3-none-any.whl"]
+        "pinned/unilab_rl-1.3.2-py3-none-any.whl", "pinned/unisim_core-1.7.8.tar.gz",
+        "wheels/unilab_rl-1.3.2-py3-none-any.whl"]
     sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=built, capture_output=True, text=True)
-    assert sums.returncode == 0 and sums.stdout.count(": OK") == 4
+    assert sums.returncode == 0 and sums.stdout.count(": OK") == 5
 
 
 def test_verify_accepts_the_built_wheelhouse(wheelhouse: Path) -> None:
     proc = offline("verify", str(wheelhouse))
-    assert proc.returncode == 0 and "4 files verified" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "5 files verified" in proc.stdout, proc.stderr
 
 
 def test_tampered_wheel_is_refused_and_nothing_installed(wheelhouse: Path, tmp_path: Path) -> None:
@@ -160,7 +162,7 @@ def test_install_into_a_private_site_then_reuse(wheelhouse: Path, tiny_list: Pat
     site = tmp_path / "site"
     proc = offline("install", str(wheelhouse), "--site", str(site), "--wheel-list", str(tiny_list))
     assert proc.returncode == 0, proc.stderr
-    assert "4 files verified" in proc.stdout and "installed 1 wheels" in proc.stdout
+    assert "5 files verified" in proc.stdout and "installed 1 wheels" in proc.stdout
     assert (site / "uni_rl" / "__init__.py").is_file() and (site / ".wheelhouse-installed").is_file()
     again = offline("install", str(wheelhouse), "--site", str(site), "--wheel-list", str(tiny_list))
     assert again.returncode == 0 and "already installed" in again.stdout, again.stderr
@@ -233,3 +235,33 @@ def test_make_wheelhouse_checks_the_list_then_the_assets(tmp_path: Path) -> None
     errors = [line for line in proc.stderr.splitlines() if line.startswith("offline build: error:")]
     assert proc.returncode != 0 and len(errors) == 1 and "does not exist" in errors[0], proc.stdout + proc.stderr
     assert not (tmp_path / "wh").exists()
+
+
+def project_copy(dest: Path) -> Path:
+    """The project as a user copies it to the GPU host: its files without .venv/, .cache/ or build outputs (and
+    without the committed results, which nothing there reads)."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=PROJECT,
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    for rel in listed:
+        if not rel.startswith("results/") and (PROJECT / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(PROJECT / rel, dest / rel)
+    return dest
+
+
+def test_offline_host_applies_in_a_copied_project(built: Path, tiny_list: Path, tmp_path: Path) -> None:
+    """The README's GPU host: project and wheelhouse copied, no venv, no cache, the package index unreachable;
+    `make apply OFFLINE=wheelhouse ALLOW_DRIFT=1` builds the whole overlay from the wheelhouse alone."""
+    host = project_copy(tmp_path / "host-project")
+    shutil.copytree(built, host / "wheelhouse")
+    (tmp_path / "no-links").mkdir()
+    offline_host = {"PATCHSET_INDEX_URL": UNREACHABLE, "PIP_INDEX_URL": UNREACHABLE,
+                    "PIP_FIND_LINKS": str(tmp_path / "no-links"), "PATCHSET_CACHE": str(tmp_path / "no-cache")}
+    flags = ("OFFLINE=wheelhouse", f"WHEEL_LIST={tiny_list}", f"PYTHON={sys.executable}")
+    applied = make("apply", *flags, "ALLOW_DRIFT=1", cwd=host, **offline_host)
+    assert applied.returncode == 0, applied.stdout[-2000:] + applied.stderr
+    assert (host / "overlay" / "uni_rl" / "__init__.py").is_file()
+    assert (host / "overlay" / "unisim" / "__init__.py").is_file()
+    status = make("status", *flags, cwd=host, **offline_host)
+    assert status.returncode == 0 and "work/unilab-1.3.2: applied" in status.stdout, status.stderr
+    assert not (tmp_path / "no-cache").exists()

@@ -1,7 +1,7 @@
 """`make wheelhouse`: everything an offline GPU host needs, into one folder, every file sha256-recorded.
 
-Layout: wheels/ (the list, for the host's Python and manylinux x86_64), pinned/ (the pinned UniLab sdist and
-unilab-rl base wheel, which the applier and the bench read through PATCHSET_CACHE), assets/ (one .tar.xz of the
+Layout: wheels/ (the list, for the host's Python and manylinux x86_64), pinned/ (the pinned UniLab sdist,
+unilab-rl base wheel and unisim-core sdist, which the applier and the bench read through PATCHSET_CACHE), assets/ (one .tar.xz of the
 G1 assets laid out like src/unilab/assets/), wheelhouse.json and SHA256SUMS. It is built in a temporary sibling folder and
 renamed into place, so a failed build leaves the previous wheelhouse as it was.
 """
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from patchset.api import PatchsetError, load_pins, pinned_artifact
+from patchset.api import PINNED_ARTIFACTS, PatchsetError, load_pins, pinned_artifact
 
 from . import OfflineError, assets, manifest
 from .wheellist import Entry, canonical, check_agreement, read_wheel_list
@@ -24,7 +24,6 @@ from .wheellist import Entry, canonical, check_agreement, read_wheel_list
 #: The GPU host's platform: x86_64 Linux; pip picks the newest manylinux wheel each project offers among these.
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64")
-PINNED_FILES = (("UNILAB_SDIST", "UNILAB_SDIST_SHA256"), ("UNILAB_RL_BASE_WHEEL", "UNILAB_RL_BASE_WHEEL_SHA256"))
 
 
 def python_version(text: str) -> str:
@@ -77,9 +76,10 @@ def fetch_wheels(entries: list[Entry], dest: Path, version: str) -> list[str]:
 
 
 def copy_pinned(dest: Path, pins: dict[str, str]) -> None:
-    """The pinned UniLab sdist and unilab-rl base wheel, through the applier's verified cache/download."""
+    """Every pinned artifact an apply reads (the UniLab sdist, the unilab-rl base wheel, the unisim-core sdist),
+    through the applier's verified cache/download: the host applies with these as its only cache."""
     dest.mkdir(parents=True)
-    for name_key, sha_key in PINNED_FILES:
+    for name_key, sha_key in PINNED_ARTIFACTS:
         try:
             verified = pinned_artifact(pins[name_key], pins[sha_key])
         except PatchsetError as exc:
@@ -129,6 +129,6 @@ def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path
         _replace(work, dest)
     return [
         f"wheelhouse {dest}: {len(wheels)} wheels for CPython {version}, {asset_files} G1 asset files, "
-        f"{len(PINNED_FILES)} pinned files, {size / 2**20:.1f} MiB",
+        f"{len(PINNED_ARTIFACTS)} pinned files, {size / 2**20:.1f} MiB",
         f"{manifest.MANIFEST} sha256 {digest} (compare it on the GPU host: `make bench OFFLINE=...` prints it)",
     ]

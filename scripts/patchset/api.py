@@ -14,9 +14,11 @@ from .errors import PatchsetError
 from .fetch import file_sha256, pinned_artifact
 from .paths import OVERLAY_DIR, PROJECT_ROOT, VERSIONS_FILE, cache_dir, embedded_tree
 from .pins import GPU_PHYSICS_PINS, INSTALLED_PINS, load_pins, versions_match
+from .targets import PINNED_ARTIFACTS
 
 __all__ = [
-    "GPU_PHYSICS_PINS", "INSTALLED_PINS", "OVERLAY_DIR", "PROJECT_ROOT", "VERSIONS_FILE", "PatchsetError", "cache_dir", "embedded_tree",
+    "GPU_PHYSICS_PINS", "INSTALLED_PINS", "OVERLAY_DIR", "PINNED_ARTIFACTS", "PROJECT_ROOT", "VERSIONS_FILE",
+    "PatchsetError", "cache_dir", "embedded_tree",
     "extract_wheel_package", "file_sha256", "load_pins", "pinned_artifact", "status", "versions_match",
 ]
 

@@ -29,4 +29,8 @@ OVERLAY_PACKAGES = (
     OverlayPackage("unisim", "UNISIM_CORE_SDIST", "UNISIM_CORE_SDIST_SHA256"),
 )
 OVERLAY_TARGETS = tuple(p.name for p in OVERLAY_PACKAGES)
+#: VERSIONS.env keys (file name, sha256) of every pinned artifact an apply reads: the UniLab sdist (the embedded
+#: tree) and each overlay package's. Derived here so that whatever must carry them (the offline wheelhouse)
+#: cannot miss one when a target is added.
+PINNED_ARTIFACTS = (("UNILAB_SDIST", "UNILAB_SDIST_SHA256"), *((p.file_key, p.sha256_key) for p in OVERLAY_PACKAGES))
 TARGETS = (CHECKOUT_TARGET, *OVERLAY_TARGETS)
