@@ -73,7 +73,8 @@ manifest: setup
 
 # On a networked machine: everything an offline GPU host needs (README "Offline GPU host").
 wheelhouse: setup
-	$(OFFLINE_TOOL) build "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" $(if $(ASSETS),--assets "$(ASSETS)")
+	$(OFFLINE_TOOL) build "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" $(if $(ASSETS),--assets "$(ASSETS)") \
+	  $(if $(WHEEL_LIST),--wheel-list "$(WHEEL_LIST)")
 
 # The series tried on an upstream release from PyPI: TARGET=unilab-rl==<version> or TARGET=unilab==<version>.
 port-report: setup

@@ -265,3 +265,12 @@ def test_offline_host_applies_in_a_copied_project(built: Path, tiny_list: Path, 
     status = make("status", *flags, cwd=host, **offline_host)
     assert status.returncode == 0 and "work/unilab-1.3.2: applied" in status.stdout, status.stderr
     assert not (tmp_path / "no-cache").exists()
+
+
+def test_make_wheelhouse_builds_from_the_given_wheel_list(tiny_list: Path, tmp_path: Path) -> None:
+    """WHEEL_LIST= reaches the build: only the given list is fetched (here from the local cache alone)."""
+    dest = tmp_path / "wh"
+    proc = make("wheelhouse", f"WHEELHOUSE={dest}", f"WHEEL_LIST={tiny_list}", f"ASSETS={ASSETS}",
+                f"PYTHON_VERSION={HERE_PYTHON}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert json.loads((dest / "wheelhouse.json").read_text())["wheel_list"] == ["unilab-rl==1.3.2"]
