@@ -168,3 +168,48 @@ def test_two_first_time_applies_on_the_embedded_tree(tmp_path: Path, overlay: Pa
         assert code in (0, 3) and "Traceback" not in err and len(err.strip().splitlines()) == (code != 0), results
     assert json.loads((tmp_path / "embedded" / ".flashsac-overlay" / "state.json").read_text())["phase"] == "applied"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".flashsac-tmp-")] == []
+
+
+def entries(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_new_overlay_directory_exists_only_while_applied(checkout: Path, tmp_path: Path) -> None:
+    """OVERLAY= a directory that does not exist yet: a refused apply creates nothing, a rolled back or recovered
+    apply removes what it created, and revert removes what apply created but keeps what was there before."""
+    base = tmp_path / "x"
+    (base / "mine").mkdir(parents=True)
+    new = base / "mine" / "new" / "deep" / "ov"
+    config = checkout / CONFIG
+    pristine = config.read_bytes()
+    config.write_bytes(pristine + b"# local note\n")
+    one_line(patchset(new, "apply", "--unilab", str(checkout)), "local edits")
+    assert entries(base) == ["mine"]
+    config.write_bytes(pristine)
+    before, trace = tree_hashes(checkout), tmp_path / "trace"
+    assert patchset(new, "apply", "--unilab", str(checkout), env={"PATCHSET_FAULT_TRACE": str(trace)}).returncode == 0
+    assert (new / "uni_rl").is_dir() and (new / "unisim").is_dir()
+    assert patchset(new, "revert", "--unilab", str(checkout)).returncode == 0
+    assert entries(base) == ["mine"] and tree_hashes(checkout) == before
+    made = next(int(line.split()[0]) for line in trace.read_text().splitlines() if line.endswith(f" mkdir {new}"))
+    one_line(patchset(new, "apply", "--unilab", str(checkout), env={"PATCHSET_FAULT_AT": f"{made + 1}:errno=ENOSPC"}),
+             "rolled back, nothing changed")
+    assert entries(base) == ["mine"] and tree_hashes(checkout) == before
+    assert patchset(new, "apply", "--unilab", str(checkout), env={"PATCHSET_FAULT_AT": f"{made + 1}:kill"}).returncode == -9
+    recovered = patchset(new, "revert", "--unilab", str(checkout))
+    assert recovered.returncode == 0 and "rolled back an interrupted apply" in recovered.stdout, recovered.stderr
+    assert entries(base) == ["mine"] and tree_hashes(checkout) == before
+
+
+def test_a_shared_new_overlay_goes_with_its_last_checkout(checkout: Path, tmp_path: Path,
+                                                          pristine_template: Path) -> None:
+    """The directories one checkout's apply created for an overlay are removed when the last checkout using that
+    overlay is reverted, whichever it is."""
+    other = Path(shutil.copytree(pristine_template, tmp_path / "other checkout", symlinks=True))
+    new = tmp_path / "x" / "new" / "ov"
+    for tree in (checkout, other):
+        assert patchset(new, "apply", "--unilab", str(tree)).returncode == 0
+    for tree in (checkout, other):
+        assert new.is_dir()
+        assert patchset(new, "revert", "--unilab", str(tree)).returncode == 0
+    assert entries(tmp_path / "x") == []

@@ -211,6 +211,7 @@ def _prepare(opts: Options, pins: dict[str, str], series: Series, manifest: dict
         "overlay_files": ovl.hash_files(files),
         "overlay_before": {"package": package_there, "manifest": overlay_manifest},
         "created_dirs": sorted(str(d.relative_to(checkout)) for d in created),
+        "overlay_created_dirs": [str(d) for d in fsops.missing_parents(overlay, Path(overlay.anchor))],
         "python": python,
         "versions": [{"name": c.name, "expected": c.expected, "found": c.found, "ok": c.ok} for c in versions],
         "flags": {"allow_version_drift": opts.allow_version_drift, "allow_other_commit": opts.allow_other_commit},
@@ -219,7 +220,16 @@ def _prepare(opts: Options, pins: dict[str, str], series: Series, manifest: dict
     return Prepared(plan_u, files, images, state)
 
 
-def _commit(checkout: Path, overlay: Path, prep: Prepared) -> None:
+def _create_overlay_dir(overlay: Path, created: list[str], locks: DirLocks) -> None:
+    """Make the overlay directory and the parents that _prepare found missing (the journal already lists them, so
+    a rollback removes them), then lock it like an existing overlay: a run started meanwhile cannot work in it."""
+    for directory in created:
+        fsops.mkdir(Path(directory))
+    if created:
+        locks.take(overlay, "the overlay")
+
+
+def _commit(checkout: Path, overlay: Path, prep: Prepared, locks: DirLocks) -> None:
     """Journal first (atomically, with backups), then checkout files, then the overlay, then phase 'applied'."""
     state = prep.state
     create_state(checkout, state, prep.images)
@@ -230,13 +240,15 @@ def _commit(checkout: Path, overlay: Path, prep: Prepared) -> None:
             fsops.unlink(checkout / path)
         else:
             fsops.write_file(checkout / path, change.post, state["files"][TARGET_CHECKOUT][path]["mode"] or 0o644)
+    _create_overlay_dir(overlay, state["overlay_created_dirs"], locks)
     if not state["overlay_before"]["package"]:
         ovl.install(overlay, prep.overlay_files)
-    owners = sorted({*(state["overlay_before"]["manifest"] or {}).get("owners", []), str(checkout)})
+    before = state["overlay_before"]["manifest"] or {}
     ovl.save_overlay_manifest(overlay, {
         "series_sha256": state["series_sha256"], "artifacts": state["artifacts"],
         "files": state["overlay_files"], "patched": {p: state["files"][p] for p in OVERLAY_TARGETS},
-        "owners": owners,
+        "owners": sorted({*before.get("owners", []), str(checkout)}),
+        "created_dirs": sorted({*before.get("created_dirs", []), *state["overlay_created_dirs"]}),
         "flags": state["flags"], "versions": state["versions"], "time": state["time"],
     })
     state["phase"] = "applied"
@@ -259,9 +271,13 @@ def _roll_back_now(checkout: Path, exc: BaseException, dirs: list[Path]) -> Patc
 
 
 def _lock_overlays(locks: DirLocks, overlays: set[Path]) -> None:
+    """Lock each overlay directory; one that does not exist yet through its nearest existing parent, where apply
+    will create it (only once everything is checked), so that two runs cannot both create and fill it."""
     for overlay in sorted(overlays):
         if overlay.is_dir():
             locks.take(overlay, "the overlay")
+        else:
+            locks.take(next(p for p in overlay.parents if p.is_dir()), f"the new overlay {overlay} in")
 
 
 def apply(opts: Options) -> Outcome:
@@ -274,8 +290,6 @@ def apply(opts: Options) -> Outcome:
         state = load_state(checkout)
         overlay = (opts.overlay or OVERLAY_DIR).resolve()
         overlays = {overlay, *([Path(state["overlay"])] if state else [])}
-        for directory in fsops.missing_parents(overlay, Path("/")):
-            fsops.mkdir(directory)
         _lock_overlays(locks, overlays)
         removed = fsops.remove_temporaries(recovery.sweep_dirs(checkout, state, manifest, overlays))
         if removed and not (state and state["phase"] != "applied"):
@@ -291,7 +305,7 @@ def apply(opts: Options) -> Outcome:
             return _already_applied(opts, checkout, series, state)
         prep = _prepare(opts, pins, series, manifest, checkout, overlay)
         try:
-            _commit(checkout, overlay, prep)
+            _commit(checkout, overlay, prep, locks)
         except BaseException as exc:
             raise _roll_back_now(checkout, exc, recovery.sweep_dirs(checkout, prep.state, None, overlays)) from exc
     out.lines += [
@@ -379,7 +393,8 @@ def status(opts: Options) -> Outcome:
 
 def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[str, Any]) -> Outcome:
     """Revert an applied checkout: refuse over edits unless forced (then save them first), then restore."""
-    ovl.load_overlay_manifest(overlay)  # a corrupt one stops the revert before anything changes
+    manifest = ovl.load_overlay_manifest(overlay)  # a corrupt one stops the revert before anything changes
+    state["overlay_created_dirs"] = ovl.created_dirs(overlay, manifest, state.get("overlay_created_dirs", []))
     rows = file_statuses(checkout, overlay, None, state)
     edited = [f for f in rows if f["status"] not in ("applied", "not applied")]
     if edited and not opts.force:

@@ -45,10 +45,11 @@ def load_overlay_manifest(overlay: Path) -> dict[str, Any] | None:
         problem = f"unreadable ({exc})"
     else:
         ok = (isinstance(manifest, dict) and isinstance(manifest.get("files"), dict)
-              and isinstance(manifest.get("owners"), list) and isinstance(manifest.get("series_sha256"), str))
+              and isinstance(manifest.get("owners"), list) and isinstance(manifest.get("series_sha256"), str)
+              and isinstance(manifest.get("created_dirs", []), list))
         if ok:
             return manifest
-        problem = "it lacks 'files', 'owners' or 'series_sha256'"
+        problem = "it lacks 'files', 'owners' or 'series_sha256' (or 'created_dirs' is not a list)"
     raise PatchsetError(f"{path} is corrupt: {problem}; delete it and the package directories "
                         f"({', '.join(OVERLAY_TARGETS)}) beside it, then apply again in each checkout that used it")
 
@@ -120,6 +121,14 @@ def install(overlay: Path, files: Files) -> None:
     for package in OVERLAY_TARGETS:
         fsops.rename(staging / package, package_dir(overlay, package))
     fsops.rmdir(staging)
+
+
+def created_dirs(overlay: Path, manifest: dict[str, Any] | None, own: list[str]) -> list[str]:
+    """The directories applies created for this overlay: a checkout's own and those the shared manifest lists (an
+    earlier checkout may have created them), kept to the overlay and its parents. The revert that removes the
+    overlay removes them too, when empty."""
+    listed = {*own, *(manifest or {}).get("created_dirs", [])}
+    return sorted(d for d in listed if Path(d) == overlay or Path(d) in overlay.parents)
 
 
 def remove_ours(overlay: Path, files: dict[str, str] | None) -> None:

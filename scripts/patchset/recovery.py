@@ -61,9 +61,13 @@ def _restore_checkout(checkout: Path, state: dict[str, Any]) -> list[str]:
     return restored
 
 
-def _remove_created_dirs(checkout: Path, state: dict[str, Any]) -> None:
-    for rel in reversed(state.get("created_dirs", [])):
-        path = checkout / rel
+def _remove_created_dirs(checkout: Path, state: dict[str, Any], overlay_too: bool) -> None:
+    """Remove, deepest first, the directories the apply created in the checkout (and, with overlay_too, for the
+    overlay), each only while it is still empty: anything put there since is not ours to delete."""
+    dirs = [checkout / rel for rel in state.get("created_dirs", [])]
+    if overlay_too:
+        dirs += [Path(d) for d in state.get("overlay_created_dirs", [])]
+    for path in sorted(dirs, reverse=True):
         if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
             fsops.rmdir(path)
 
@@ -74,7 +78,7 @@ def roll_back_apply(checkout: Path, state: dict[str, Any]) -> list[str]:
     restored = _restore_checkout(checkout, state)
     before = state.get("overlay_before", {"package": False, "manifest": None})
     ovl.restore(Path(state["overlay"]), before, state.get("overlay_files"))
-    _remove_created_dirs(checkout, state)
+    _remove_created_dirs(checkout, state, overlay_too=True)
     fsops.discard(state_dir(checkout))
     return restored
 
@@ -85,7 +89,7 @@ def finish_revert(checkout: Path, state: dict[str, Any]) -> tuple[list[str], boo
     restored = _restore_checkout(checkout, state)
     removed = ovl.release(Path(state["overlay"]), checkout, state.get("overlay_files"),
                           edits_saved=bool(state.get("user_edits")))
-    _remove_created_dirs(checkout, state)
+    _remove_created_dirs(checkout, state, overlay_too=removed)
     fsops.discard(state_dir(checkout))
     return restored, removed
 
