@@ -213,3 +213,35 @@ def test_a_shared_new_overlay_goes_with_its_last_checkout(checkout: Path, tmp_pa
         assert new.is_dir()
         assert patchset(new, "revert", "--unilab", str(tree)).returncode == 0
     assert entries(tmp_path / "x") == []
+
+
+def _without(state: dict, key: str) -> dict:
+    return {k: v for k, v in state.items() if k != key}
+
+
+#: A state.json damaged in a key that only a later step reads, and the key the refusal must name.
+STATE_DAMAGE = {
+    "checkout_identity": lambda s: {**_without(s, "checkout_identity"), "flags": {**s["flags"],
+                                                                                  "allow_other_commit": True}},
+    "overlay_files": lambda s: {**s, "overlay_files": sorted(s["overlay_files"])},
+    "overlay_before": lambda s: _without(s, "overlay_before"),
+    f"files.unilab.{CONFIG}.mode": lambda s: {**s, "files": {**s["files"], "unilab": {
+        **s["files"]["unilab"], CONFIG: {**s["files"]["unilab"][CONFIG], "mode": "0644"}}}},
+    "versions": lambda s: {**s, "versions": [{"name": "torch"}], "flags": {**s["flags"], "allow_version_drift": True}},
+    "created_dirs": lambda s: {**s, "created_dirs": ["../outside"]},
+}
+
+
+def test_a_state_damaged_where_a_later_step_reads_is_refused_up_front(checkout: Path, overlay: Path,
+                                                                      run_patchset: Runner) -> None:
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    state_file = checkout / ".flashsac-overlay" / "state.json"
+    good = json.loads(state_file.read_text())
+    for key, damage in STATE_DAMAGE.items():
+        state_file.write_text(json.dumps(damage(good)))
+        before, overlay_before = tree_hashes(checkout), tree_hashes(overlay)
+        for command in ("status", "apply", "revert"):
+            one_line(run_patchset(command, "--unilab", str(checkout)), f"is corrupt: '{key}'")
+            assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before, (key, command)
+    state_file.write_text(json.dumps(good))
+    assert run_patchset("revert", "--unilab", str(checkout)).returncode == 0  # the control: the undamaged state

@@ -137,9 +137,9 @@ def _file_records(plan: dict[str, FileChange], root: Path) -> dict[str, dict[str
 def _flag_lines(state: dict[str, Any]) -> list[str]:
     """Every output repeats the overrides the state was made with."""
     lines = []
-    flags = state.get("flags", {})
+    flags = state["flags"]
     if flags.get("allow_version_drift"):
-        drift = [c for c in state.get("versions", []) if not c["ok"]]
+        drift = [c for c in state["versions"] if not c["ok"]]
         desc = "; ".join(f"{c['name']} expected {c['expected']}, found {c['found']}" for c in drift) or "none found"
         lines.append(f"NOTE: applied with --allow-version-drift ({desc})")
     if flags.get("allow_other_commit"):
@@ -401,6 +401,7 @@ def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[st
         names = ", ".join(f"{f['target']}:{f['path']}{f['detail']}" for f in edited)
         raise PatchsetError(f"refusing to revert: edited after apply: {names}; "
                             "--force (FORCE=1) saves them (byte for byte) first")
+    notes = _flag_lines(state)  # before anything changes: once the revert is done, nothing may fail
     saved, started = None, False
     with signals.deferred() as late:
         try:
@@ -422,7 +423,7 @@ def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[st
         "; overlay removed" if removed else "; overlay kept for its other checkouts")
     if late:
         raise Interrupted(late[0], f"interrupted by {signals.name(late[0])} after the revert completed ({done})")
-    out = Outcome(_flag_lines(state) + [done])
+    out = Outcome(notes + [done])
     if saved:
         out.lines.append(f"your edits were saved to {saved}")
     out.data = {"result": "reverted", "checkout": str(checkout), "restored": restored,

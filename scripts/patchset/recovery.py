@@ -64,7 +64,7 @@ def _restore_checkout(checkout: Path, state: dict[str, Any]) -> list[str]:
 def _remove_created_dirs(checkout: Path, state: dict[str, Any], overlay_too: bool) -> None:
     """Remove, deepest first, the directories the apply created in the checkout (and, with overlay_too, for the
     overlay), each only while it is still empty: anything put there since is not ours to delete."""
-    dirs = [checkout / rel for rel in state.get("created_dirs", [])]
+    dirs = [checkout / rel for rel in state["created_dirs"]]
     if overlay_too:
         dirs += [Path(d) for d in state.get("overlay_created_dirs", [])]
     for path in sorted(dirs, reverse=True):
@@ -76,8 +76,7 @@ def roll_back_apply(checkout: Path, state: dict[str, Any]) -> list[str]:
     """Undo an apply that did not finish; returns the restored paths."""
     _check_files(checkout, state)
     restored = _restore_checkout(checkout, state)
-    before = state.get("overlay_before", {"package": False, "manifest": None})
-    ovl.restore(Path(state["overlay"]), before, state.get("overlay_files"))
+    ovl.restore(Path(state["overlay"]), state["overlay_before"], state["overlay_files"])
     _remove_created_dirs(checkout, state, overlay_too=True)
     fsops.discard(state_dir(checkout))
     return restored
@@ -87,7 +86,7 @@ def finish_revert(checkout: Path, state: dict[str, Any]) -> tuple[list[str], boo
     """Complete a revert (phase 'reverting'); returns the restored paths and whether the overlay was removed."""
     _check_files(checkout, state)
     restored = _restore_checkout(checkout, state)
-    removed = ovl.release(Path(state["overlay"]), checkout, state.get("overlay_files"),
+    removed = ovl.release(Path(state["overlay"]), checkout, state["overlay_files"],
                           edits_saved=bool(state.get("user_edits")))
     _remove_created_dirs(checkout, state, overlay_too=removed)
     fsops.discard(state_dir(checkout))

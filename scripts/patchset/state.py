@@ -9,12 +9,15 @@ when state.json does; state.json is then only ever replaced atomically. Its 'pha
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import fsops
 from .errors import PatchsetError
 from .paths import STATE_DIRNAME
+from .targets import CHECKOUT_TARGET as TARGET_CHECKOUT
+from .targets import TARGETS
 
 STATE_FILE = "state.json"
 PHASES = ("applying", "applied", "reverting")
@@ -29,22 +32,90 @@ def _encode(state: dict[str, Any]) -> bytes:
     return (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
 
 
+def _is_str_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _is_mode(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _is_inside(value: Any) -> bool:
+    """A relative path that stays inside the tree it is joined to."""
+    return isinstance(value, str) and not PurePosixPath(value).is_absolute() and ".." not in PurePosixPath(value).parts
+
+
+def _is_absolute(value: Any) -> bool:
+    return isinstance(value, str) and PurePosixPath(value).is_absolute()
+
+
+def _is_list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, list) and all(check(item) for item in value)
+
+
+#: Every key a later step (status, the flag notes, rollback, revert) reads, with what it must be. Checked when the
+#: state is loaded, so a damaged one is refused before anything changes rather than failing half way.
+_REQUIRED: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("phase", lambda v: v in PHASES, f"one of {', '.join(PHASES)}"),
+    ("series_sha256", lambda v: isinstance(v, str), "a string"),
+    ("overlay", _is_absolute, "an absolute path"),
+    ("flags", lambda v: isinstance(v, dict), "an object"),
+    ("checkout_identity", lambda v: isinstance(v, dict) and _is_str_or_none(v.get("head")),
+     "an object whose 'head' is a string or null"),
+    ("overlay_files", lambda v: isinstance(v, dict) and all(isinstance(h, str) for h in v.values()),
+     "an object of sha256 strings"),
+    ("overlay_before", lambda v: isinstance(v, dict) and isinstance(v.get("package"), bool)
+     and (v.get("manifest") is None or isinstance(v.get("manifest"), dict)),
+     "an object with 'package' true or false and 'manifest' an object or null"),
+    ("versions", _is_list_of(lambda c: isinstance(c, dict) and {"name", "expected", "found", "ok"} <= set(c)),
+     "a list of objects with name, expected, found, ok"),
+    ("created_dirs", _is_list_of(_is_inside), "a list of paths inside the checkout"),
+)
+#: Keys a state may lack (written by an older patchset, or only once a revert saved edits), checked when present.
+_OPTIONAL: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("overlay_created_dirs", _is_list_of(_is_absolute), "a list of absolute paths"),
+    ("user_edits", lambda v: isinstance(v, dict) and isinstance(v.get("dir"), str)
+     and isinstance(v.get("markers"), dict), "an object with 'dir' and 'markers'"),
+)
+
+
+def _file_record_error(target: str, path: Any, rec: Any) -> str | None:
+    """What is wrong with one touched file's record (None: usable)."""
+    where = f"files.{target}.{path}"
+    if not _is_inside(path):
+        return f"'{where}' is not a path inside its tree"
+    if not (isinstance(rec, dict) and all(k in rec for k in ("pre", "post", "mode"))):
+        return f"'{where}' lacks pre/post/mode"
+    if not (_is_str_or_none(rec["pre"]) and _is_str_or_none(rec["post"])):
+        return f"'{where}.pre' or '{where}.post' is not a sha256 string or null"
+    if not _is_mode(rec["mode"]):
+        return f"'{where}.mode' is not an integer or null"
+    return None
+
+
+def _files_error(files: Any) -> str | None:
+    if not isinstance(files, dict) or TARGET_CHECKOUT not in files or not set(files) <= set(TARGETS):
+        return f"'files' is missing or not an object of the targets {', '.join(TARGETS)}"
+    for target, records in files.items():
+        if not isinstance(records, dict):
+            return f"'files.{target}' is not an object"
+        problem = next(filter(None, (_file_record_error(target, p, r) for p, r in records.items())), None)
+        if problem:
+            return problem
+    return None
+
+
 def _structure_error(state: Any) -> str | None:
-    """What is structurally wrong with a parsed state.json (None: usable)."""
+    """What is wrong with a parsed state.json (None: usable): the first key, by name, that is not as written."""
     if not isinstance(state, dict):
         return "not a JSON object"
-    for key, kind in (("phase", str), ("series_sha256", str), ("files", dict), ("overlay", str), ("flags", dict)):
-        if not isinstance(state.get(key), kind):
-            return f"'{key}' is missing or not a {kind.__name__}"
-    if state["phase"] not in PHASES:
-        return f"unknown phase {state['phase']!r}"
-    for target, files in state["files"].items():
-        if not isinstance(files, dict):
-            return f"'files.{target}' is not an object"
-        for path, rec in files.items():
-            if not (isinstance(rec, dict) and all(k in rec for k in ("pre", "post", "mode"))):
-                return f"'files.{target}.{path}' lacks pre/post/mode"
-    return None
+    for key, check, kind in _REQUIRED:
+        if key not in state or not check(state[key]):
+            return f"'{key}' is missing or not {kind}"
+    for key, check, kind in _OPTIONAL:
+        if key in state and not check(state[key]):
+            return f"'{key}' is not {kind}"
+    return _files_error(state["files"])
 
 
 def load_state(checkout: Path) -> dict[str, Any] | None:
