@@ -4,13 +4,15 @@ step says what it is doing when it starts and how long it took when it ends, and
     python3 scripts/make_steps.py run [--log FILE] NAME -- COMMAND...   # the command's own output streams through
     python3 scripts/make_steps.py summary --log FILE TITLE              # prints the steps of FILE, then deletes it
 
-Standard library only: the first step creates the venv, so this runs on the system python3.
+Standard library only: the first step creates the venv, so this runs on the system python3. Output whose reader
+has gone (`make status | head -1`) is dropped: a step still runs and keeps its exit code.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +24,15 @@ def duration(seconds: float) -> str:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} min {rest:02d} s"
+
+
+def say(text: str) -> None:
+    """Print a line for the person watching; once the reader has closed the pipe, drop this line and the rest:
+    the lines only frame the steps, so a closed pipe must neither fail a step nor print a traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python exits
 
 
 def _record(log: Path, name: str, seconds: float, code: int) -> None:
@@ -46,7 +57,7 @@ def summary(log: Path, title: str) -> list[str]:
 
 def run(name: str, command: list[str], log: Path | None) -> int:
     """Run command with its output passed through, framed by the step's name and duration."""
-    print(f"==> {name}", flush=True)
+    say(f"==> {name}")
     start = time.monotonic()
     try:
         code = subprocess.run(command, check=False).returncode
@@ -54,11 +65,11 @@ def run(name: str, command: list[str], log: Path | None) -> int:
         print(f"make_steps: cannot run {command[0]}: {exc}", file=sys.stderr)
         code = 127
     seconds = time.monotonic() - start
-    print(f"<== {name}: {'done' if code == 0 else f'FAILED (exit {code})'} in {duration(seconds)}", flush=True)
+    say(f"<== {name}: {'done' if code == 0 else f'FAILED (exit {code})'} in {duration(seconds)}")
     if log is not None:
         _record(log, name, seconds, code)
         if code != 0:
-            print("\n".join(summary(log, "steps so far")), flush=True)
+            say("\n".join(summary(log, "steps so far")))
     return code
 
 
@@ -75,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("title")
     args = parser.parse_args(argv)
     if args.command == "summary":
-        print("\n".join(summary(args.log, args.title)))
+        say("\n".join(summary(args.log, args.title)))
         return 0
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
