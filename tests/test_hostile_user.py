@@ -245,3 +245,22 @@ def test_a_state_damaged_where_a_later_step_reads_is_refused_up_front(checkout: 
             assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before, (key, command)
     state_file.write_text(json.dumps(good))
     assert run_patchset("revert", "--unilab", str(checkout)).returncode == 0  # the control: the undamaged state
+
+
+def test_a_deleted_overlay_is_named_by_status_and_apply(checkout: Path, overlay: Path, run_patchset: Runner) -> None:
+    """The overlay of an applied checkout deleted (wholly, or one package): status and apply say so in one line and
+    what to do; the advice works."""
+    pristine = tree_hashes(checkout)
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    applied = tree_hashes(checkout)
+    shutil.rmtree(overlay / "unisim")
+    for command in ("status", "apply"):
+        one_line(run_patchset(command, "--unilab", str(checkout)), f"its overlay {overlay} lacks unisim")
+    shutil.rmtree(overlay)
+    for args in (["status"], ["status", "--json"], ["apply"]):
+        proc = run_patchset(*args, "--unilab", str(checkout))
+        one_line(proc, f"its overlay {overlay} is missing")
+        assert "'revert'" in proc.stderr and tree_hashes(checkout) == applied and not overlay.exists()
+    assert run_patchset("revert", "--unilab", str(checkout)).returncode == 0
+    assert tree_hashes(checkout) == pristine
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0 and (overlay / "unisim").is_dir()

@@ -147,11 +147,22 @@ def _flag_lines(state: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _require_overlay(checkout: Path, overlay: Path) -> None:
+    """An applied checkout's overlay packages must still be there: without them a run imports the installed,
+    unpatched ones, and a per-file status would only list every overlay file as changed."""
+    missing = [p for p in OVERLAY_TARGETS if not ovl.package_dir(overlay, p).is_dir()]
+    if missing:
+        what = "is missing" if not overlay.exists() else f"lacks {', '.join(missing)}"
+        raise PatchsetError(f"{checkout} is applied, but its overlay {overlay} {what} (deleted since?); 'revert' "
+                            "restores the checkout, then 'apply' builds the overlay again")
+
+
 def _already_applied(opts: Options, checkout: Path, series: Series, state: dict) -> Outcome:
     """A second apply of the same series is a no-op; anything else about an applied tree is an error."""
     overlay = overlay_for(opts, checkout, state)
     if state["series_sha256"] != series.sha256:
         raise PatchsetError(f"{checkout} carries a different series ({state['series_sha256'][:12]}); revert it first")
+    _require_overlay(checkout, overlay)
     edited = [f["path"] for f in file_statuses(checkout, overlay, None, state) if f["status"] != "applied"]
     if edited:
         raise PatchsetError(f"already applied, but {', '.join(edited)} changed since; see 'status'")
@@ -358,6 +369,8 @@ def status(opts: Options) -> Outcome:
     checkout = resolve_checkout(opts, create=False)
     state = load_state(checkout)
     overlay = overlay_for(opts, checkout, state)
+    if state and state["phase"] == "applied":
+        _require_overlay(checkout, overlay)
     files = file_statuses(checkout, overlay, manifest, state)
     current_series = state is None or state["series_sha256"] == series.sha256
     by_file = {(f["target"], f["path"]): f["status"] for f in files}
