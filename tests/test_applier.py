@@ -274,3 +274,19 @@ def test_revert_after_the_series_moved_on(checkout: Path, overlay: Path, run_pat
     reverted = run_patchset("revert", "--unilab", str(checkout))
     assert reverted.returncode == 0, reverted.stderr
     assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before
+
+
+def test_status_and_a_refused_apply_leave_the_git_index_alone(checkout: Path, run_patchset: Runner) -> None:
+    """patchset only reads the checkout's git: a refreshing `git status` would rewrite .git/index (here its stat
+    data is stale: the checkout is a fresh copy, and the touched file's mtime moved)."""
+    index = checkout / ".git" / "index"
+    os.utime(checkout / CONFIG)
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    assert run_patchset("status", "--unilab", str(checkout)).returncode == 0
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+    with (checkout / CONFIG).open("a") as handle:
+        handle.write("# local note\n")
+    assert "local edits" in one_line_error(run_patchset("apply", "--unilab", str(checkout)))
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+    control = subprocess.run(["git", "status", "--porcelain"], cwd=checkout, capture_output=True, check=True)
+    assert control.stdout and (index.read_bytes(), index.stat().st_mtime_ns) != before  # git itself refreshes it

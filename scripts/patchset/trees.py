@@ -70,7 +70,8 @@ def identify_checkout(root: Path, touched: list[str]) -> CheckoutIdentity:
         head = repo.head.commit
     except ValueError:
         return CheckoutIdentity(True, None, None, [])
-    porcelain = repo.git.status("--porcelain", "--untracked-files=no", "--", *touched)
+    # read only: a plain `git status` refreshes stat data into .git/index, a write to the user's checkout
+    porcelain = repo.git(no_optional_locks=True).status("--porcelain", "--untracked-files=no", "--", *touched)
     dirty = sorted(line[3:] for line in porcelain.splitlines() if line.strip())
     return CheckoutIdentity(True, head.hexsha, head.tree.hexsha, dirty)
 
