@@ -8,11 +8,14 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import git
 import pytest
 from conftest import CONFIG, PROJECT, Runner, patchset_env, tree_hashes
+from patchset.errors import LockedError
+from patchset.locks import DirLocks
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -210,6 +213,37 @@ def test_concurrent_apply_is_refused(checkout: Path, overlay: Path, run_patchset
     assert f"pid {first.pid}" in one_line_error(second)
     assert first.wait(timeout=120) == 0
     assert list(tmpdir.iterdir()) == []
+
+
+def test_a_lock_holder_that_cannot_be_named_is_not_called_unknown(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where /proc/locks cannot be read the refusal names no pid (nor 'pid unknown'); where it can, the holder's."""
+    held = tmp_path / "checkout"
+    held.mkdir()
+    code = ("import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX); "
+            "print(1, flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(held)], stdout=subprocess.PIPE, text=True)
+    read_text = Path.read_text
+
+    def without_proc_locks(path: Path, *args: object, **kwargs: object) -> str:
+        if path == Path("/proc/locks"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path, *args, **kwargs)
+
+    try:
+        assert holder.stdout.readline() == "1\n"
+        messages = []
+        for hide in (False, True):
+            if hide:
+                monkeypatch.setattr(Path, "read_text", without_proc_locks)
+            with ExitStack() as stack, pytest.raises(LockedError) as refused:
+                DirLocks(stack).take(held, "the checkout")
+            messages.append(str(refused.value))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert messages == [f"another patchset run (pid {holder.pid}) is working on the checkout {held}; try again later",
+                        f"another patchset run is working on the checkout {held}; try again later"]
 
 
 def test_missing_cache_without_network(tmp_path: Path, overlay: Path, run_patchset: Runner) -> None:

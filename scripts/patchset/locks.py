@@ -2,7 +2,7 @@
 
 Why the directory: the lock then lives exactly beside the state it protects, whatever TMPDIR says, and no lock
 file is ever created (none can pile up or be left behind). The kernel drops it when the process dies, kill -9
-included. The holder's pid, for the message, comes from /proc/locks.
+included. The holder's pid, for the message, comes from /proc/locks; where that cannot tell, the message names none.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from pathlib import Path
 from .errors import LockedError
 
 
-def _holder(st: os.stat_result) -> str:
-    """The pid holding a flock on the file with this stat, as /proc/locks reports it; 'unknown' elsewhere."""
+def _holder(st: os.stat_result) -> str | None:
+    """The pid holding a flock on the file with this stat, as /proc/locks reports it; None where it cannot tell."""
     key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
-        return "unknown"
+        return None
     for line in lines:
         fields = line.split()
         if "->" not in fields and len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key:
             return fields[4]
-    return "unknown"
+    return None
 
 
 @contextmanager
@@ -41,8 +41,8 @@ def _lock_dir(directory: Path, what: str, wait: bool) -> Iterator[None]:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             holder = _holder(os.fstat(fd))
-            raise LockedError(f"another patchset run (pid {holder}) is working on {what} {directory}; "
-                              "try again later") from exc
+            who = f"another patchset run (pid {holder})" if holder else "another patchset run"
+            raise LockedError(f"{who} is working on {what} {directory}; try again later") from exc
         yield
     finally:
         os.close(fd)
