@@ -264,3 +264,22 @@ def test_a_deleted_overlay_is_named_by_status_and_apply(checkout: Path, overlay:
     assert run_patchset("revert", "--unilab", str(checkout)).returncode == 0
     assert tree_hashes(checkout) == pristine
     assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0 and (overlay / "unisim").is_dir()
+
+
+def test_an_overlay_no_checkout_uses_is_refused_with_what_to_delete(checkout: Path, overlay: Path,
+                                                                    run_patchset: Runner) -> None:
+    """An overlay whose manifest lists no checkout (another series, or its packages gone): the refusal says what to
+    delete instead of sending the user to revert an empty list of checkouts."""
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    shutil.rmtree(checkout / ".flashsac-overlay")  # the state gone: nothing names this overlay's checkout any more
+    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=checkout, check=True)
+    manifest_file = overlay / "MANIFEST.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest_file.write_text(json.dumps({**manifest, "owners": [], "files": {**manifest["files"], "uni_rl/x.py": "0"}}))
+    proc = run_patchset("apply", "--unilab", str(checkout))
+    one_line(proc, f"holds an overlay of another series; no checkout uses it: delete {overlay / 'uni_rl'}, "
+                   f"{overlay / 'unisim'}, {manifest_file}, or choose another OVERLAY=")
+    shutil.rmtree(overlay / "uni_rl")
+    shutil.rmtree(overlay / "unisim")
+    one_line(run_patchset("apply", "--unilab", str(checkout)), f"{manifest_file} remains but its packages are "
+                                                               f"missing; no checkout uses it: delete {manifest_file},")

@@ -89,6 +89,15 @@ def build(pristine: dict[str, Files], series: Series) -> tuple[Files, dict[str, 
     return files, plans
 
 
+def _way_out(overlay: Path, manifest: dict[str, Any]) -> str:
+    """What to do about an overlay this apply cannot use: revert the checkouts its manifest names, or, where it
+    names none (no revert would release it), delete what is left of it."""
+    if manifest["owners"]:
+        return f"revert its checkouts ({', '.join(manifest['owners'])}) first or choose another OVERLAY="
+    left = ", ".join(str(p) for p in [*_present(overlay), overlay / MANIFEST])
+    return f"no checkout uses it: delete {left}, or choose another OVERLAY="
+
+
 def check_existing(overlay: Path, files: Files) -> tuple[bool, dict[str, Any] | None]:
     """Whether the overlay packages are already there (then they must be ours, of this series, unedited) and the
     overlay's manifest.
@@ -99,19 +108,17 @@ def check_existing(overlay: Path, files: Files) -> tuple[bool, dict[str, Any] | 
     present = _present(overlay)
     if not present:
         if manifest is not None:
-            raise PatchsetError(f"{overlay / MANIFEST} lists checkouts ({', '.join(manifest['owners'])}) but its "
-                                "packages are missing; revert them or delete the manifest")
+            raise PatchsetError(f"{overlay / MANIFEST} remains but its packages are missing; "
+                                f"{_way_out(overlay, manifest)}")
         return False, None
     alien = next((d for d in present if manifest is None or d.is_symlink() or not d.is_dir()), None)
     if alien is not None:
         raise PatchsetError(f"{alien} exists and was not built by patchset; move it away or choose another OVERLAY=")
     pkg = ", ".join(str(d) for d in present)
     if manifest["files"] != hash_files(files):
-        raise PatchsetError(f"{overlay} holds an overlay of another series; revert its checkouts "
-                            f"({', '.join(manifest['owners'])}) first or choose another OVERLAY=")
+        raise PatchsetError(f"{overlay} holds an overlay of another series; {_way_out(overlay, manifest)}")
     if hash_tree(overlay) != manifest["files"]:
-        raise PatchsetError(f"{pkg} was edited since it was built; revert its checkouts "
-                            f"({', '.join(manifest['owners'])}) first or choose another OVERLAY=")
+        raise PatchsetError(f"{pkg} was edited since it was built; {_way_out(overlay, manifest)}")
     return True, manifest
 
 
