@@ -1,9 +1,10 @@
 """`make wheelhouse`: everything an offline GPU host needs, into one folder, every file sha256-recorded.
 
 Layout: wheels/ (the list, for the host's Python and manylinux x86_64), pinned/ (the pinned UniLab sdist,
-unilab-rl base wheel and unisim-core sdist, which the applier and the bench read through PATCHSET_CACHE), assets/ (one .tar.xz of the
-G1 assets laid out like src/unilab/assets/), wheelhouse.json and SHA256SUMS. It is built in a temporary sibling folder and
-renamed into place, so a failed build leaves the previous wheelhouse as it was.
+unilab-rl base wheel and unisim-core sdist, which the applier and the bench read through PATCHSET_CACHE),
+assets/ (one .tar.xz of the G1 assets laid out like src/unilab/assets/), wheelhouse.json and SHA256SUMS. It is
+built in a temporary sibling folder and renamed into place, so a failed build leaves the previous wheelhouse as it
+was.
 """
 
 from __future__ import annotations

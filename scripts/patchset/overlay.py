@@ -46,10 +46,11 @@ def load_overlay_manifest(overlay: Path) -> dict[str, Any] | None:
     else:
         ok = (isinstance(manifest, dict) and isinstance(manifest.get("files"), dict)
               and isinstance(manifest.get("owners"), list) and isinstance(manifest.get("series_sha256"), str)
-              and isinstance(manifest.get("created_dirs", []), list))
+              and isinstance(manifest.get("created_dirs", []), list)
+              and all(isinstance(d, str) for d in manifest.get("created_dirs", [])))
         if ok:
             return manifest
-        problem = "it lacks 'files', 'owners' or 'series_sha256' (or 'created_dirs' is not a list)"
+        problem = "it lacks 'files', 'owners' or 'series_sha256' (or 'created_dirs' is not a list of paths)"
     raise PatchsetError(f"{path} is corrupt: {problem}; delete it and the package directories "
                         f"({', '.join(OVERLAY_TARGETS)}) beside it, then apply again in each checkout that used it")
 

@@ -50,6 +50,7 @@ def _is_absolute(value: Any) -> bool:
 
 
 def _is_list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A check of a list whose every item passes check."""
     return lambda value: isinstance(value, list) and all(check(item) for item in value)
 
 
@@ -94,6 +95,7 @@ def _file_record_error(target: str, path: Any, rec: Any) -> str | None:
 
 
 def _files_error(files: Any) -> str | None:
+    """What is wrong with 'files' (None: usable): recovery reads the checkout target's records, status all of them."""
     if not isinstance(files, dict) or TARGET_CHECKOUT not in files or not set(files) <= set(TARGETS):
         return f"'files' is missing or not an object of the targets {', '.join(TARGETS)}"
     for target, records in files.items():
