@@ -195,7 +195,8 @@ def test_a_new_overlay_directory_exists_only_while_applied(checkout: Path, tmp_p
     one_line(patchset(new, "apply", "--unilab", str(checkout), env={"PATCHSET_FAULT_AT": f"{made + 1}:errno=ENOSPC"}),
              "rolled back, nothing changed")
     assert entries(base) == ["mine"] and tree_hashes(checkout) == before
-    assert patchset(new, "apply", "--unilab", str(checkout), env={"PATCHSET_FAULT_AT": f"{made + 1}:kill"}).returncode == -9
+    killed = patchset(new, "apply", "--unilab", str(checkout), env={"PATCHSET_FAULT_AT": f"{made + 1}:kill"})
+    assert killed.returncode == -9
     recovered = patchset(new, "revert", "--unilab", str(checkout))
     assert recovered.returncode == 0 and "rolled back an interrupted apply" in recovered.stdout, recovered.stderr
     assert entries(base) == ["mine"] and tree_hashes(checkout) == before

@@ -63,5 +63,6 @@ def test_a_closed_output_pipe_neither_stops_a_step_nor_prints_an_error(tmp_path:
     assert json.loads(log.read_text())["step"] == "first"
     summary = steps_into_a_closed_pipe("summary", "--log", str(log), "make apply")
     assert (summary.returncode, summary.stderr) == (0, "") and not log.exists()
-    bad = steps_into_a_closed_pipe("run", "--log", str(log), "second", "--", sys.executable, "-c", "raise SystemExit(5)")
+    bad = steps_into_a_closed_pipe("run", "--log", str(log), "second", "--", sys.executable, "-c",
+                                   "raise SystemExit(5)")
     assert (bad.returncode, bad.stderr) == (5, "")
