@@ -99,8 +99,11 @@ def test_changed_commit_changes_exactly_that_patch(work: tuple[Path, Path]) -> N
 
 
 def test_new_commit_becomes_a_new_patch_in_the_series(work: tuple[Path, Path]) -> None:
+    """A patch that adds two files in a row: each keeps its git header, so the two ``/dev/null`` sources parse
+    as two files (without it, refresh refused its own output: "Target without source")."""
     repo, patches = work
     (repo / "unisim" / "unisim" / "NOTE.txt").write_text("a new file\n")
+    (repo / "unisim" / "unisim" / "NOTE2.txt").write_text("a second new file\n")
     header = ("unisim/0099-note.patch\n\nDescription: a note.\nAuthor: t\nOrigin: vendor\n"
               "Target: unisim\nLast-Update: 2026-12-01\n")
     git(repo, "add", "-A")
@@ -109,7 +112,11 @@ def test_new_commit_becomes_a_new_patch_in_the_series(work: tuple[Path, Path]) -
     proc = refresh(repo, patches)
     assert proc.returncode == 0, proc.stderr
     assert (patches / "series").read_text().endswith("unisim unisim/0099-note.patch\n")
-    assert (patches / "unisim/0099-note.patch").read_text().endswith("+++ b/unisim/NOTE.txt\n@@ -0,0 +1 @@\n+a new file\n")
+    assert (patches / "unisim/0099-note.patch").read_text().endswith(
+        "diff --git a/unisim/NOTE.txt b/unisim/NOTE.txt\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/unisim/NOTE.txt\n@@ -0,0 +1 @@\n+a new file\n"
+        "diff --git a/unisim/NOTE2.txt b/unisim/NOTE2.txt\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/unisim/NOTE2.txt\n@@ -0,0 +1 @@\n+a second new file\n")
     assert cli("manifest", "--patches", str(patches)).returncode == 0  # the written manifest is make manifest's
 
 

@@ -85,19 +85,25 @@ def _check_base(repo: Path, base: str, trees: dict[str, Files], series: Series) 
 
 
 def _diff(repo: Path, parent: str, sha: str, target: str) -> bytes:
-    """git diff of one target between two commits, without git's extended header lines."""
+    """git diff of one target between two commits, without git's extended header lines.
+
+    A new file keeps its ``diff --git`` and ``new file mode`` lines: without them two new files in a row are
+    two ``--- /dev/null`` sources that a unified-diff parser reads as one file.
+    """
     raw = git(repo, "diff", *DIFF_OPTIONS, f"--relative={target}", parent, sha, "--", f"{target}/")
-    out, in_header = [], False
+    out, git_line = [], None
     for line in raw.splitlines(keepends=True):
         if line.startswith(b"diff --git "):
-            in_header = True
+            git_line = line
             continue
-        if in_header:
+        if git_line is not None:
             if line.startswith((b"old mode", b"new mode", b"Binary files", b"GIT binary patch")):
                 raise PatchsetError(f"commit {sha[:12]} changes a file mode or a binary file ({line.decode().strip()}); "
                                     "a patch carries text changes only")
+            if line.startswith(b"new file mode"):
+                out += [git_line, line]
             if line.startswith(b"--- "):
-                in_header = False
+                git_line = None
                 out.append(line)
             continue
         out.append(line)
