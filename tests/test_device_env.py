@@ -1,0 +1,90 @@
+"""The device-resident G1 Walk Flat env (unilab patch: ``unilab.envs.device``) is the task of UniLab 1.3.2.
+
+Every check runs ``experiments/device_env_check.py`` in a fresh process from the applied tree, on MuJoCo Warp's
+CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, not only its pieces.
+
+1. Fed UniLab's own NumPy draws, the device env steps the NumPy env's trajectory: 16 envs x 120 steps of
+   random actions with 1 s episodes (terminations and time-outs, dozens of resets), both observation groups,
+   the final observations, qpos and dones bitwise equal, rewards within 1e-6. Controls: one reward term
+   scaled by 1.001 is reported from the first steps; a kp range wider by 0.05 changes the physics at once.
+2. With its own torch draws, the reset states, pd gains, commands, gait phases and observation noise fill the
+   config's ranges. Control: the env built with a narrower kp range fails the check against the tree's range.
+3. A task term without a torch twin is refused with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PROJECT, runnable_tree
+
+CHECK = PROJECT / "experiments" / "device_env_check.py"
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, Path]) -> tuple[Path, Path]:
+    return runnable_tree(applied_session[0], tmp_path_factory.mktemp("device-env") / "unilab"), applied_session[1]
+
+
+def check(tree: tuple[Path, Path], *args: str) -> tuple[int, dict, str]:
+    root, overlay = tree
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable",
+               UNISIM_MJWARP_ALLOW_CPU="1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, str(CHECK), *args], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    lines = proc.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if proc.returncode in (0, 1) and lines else {}
+    return proc.returncode, result, proc.stderr
+
+
+def test_device_env_steps_the_numpy_envs_trajectory(tree: tuple[Path, Path]) -> None:
+    rc, result, err = check(tree, "--mode", "parity", "--num-envs", "16", "--steps", "120")
+    assert rc == 0, (result, err[-3000:])
+    assert result["first_mismatch_step"] == {}
+    diffs = result["max_abs_diff"]
+    assert diffs["obs"] == diffs["critic"] == diffs["final_obs"] == diffs["qpos"] == 0.0
+    assert diffs["reward"] <= 1e-6
+    assert result["counts"]["terminated"] > 16 and result["counts"]["truncated"] > 0
+
+
+def test_a_perturbed_reward_term_is_reported(tree: tuple[Path, Path]) -> None:
+    rc, result, err = check(tree, "--mode", "parity", "--steps", "30", "--perturb-reward", "penalty_feet_ori")
+    assert rc == 1, (result, err[-3000:])
+    assert result["first_mismatch_step"]["reward"] <= 2
+    assert result["max_abs_diff"]["obs"] == 0.0  # only the reward moved
+
+
+def test_a_wrong_kp_range_changes_the_physics(tree: tuple[Path, Path]) -> None:
+    rc, result, err = check(tree, "--mode", "parity", "--steps", "10", "--perturb-kp")
+    assert rc == 1, (result, err[-3000:])
+    assert result["first_mismatch_step"]["qpos"] == 0
+
+
+def test_device_env_draws_have_the_configs_distributions(tree: tuple[Path, Path]) -> None:
+    rc, result, err = check(tree, "--mode", "distribution", "--num-envs", "256", "--steps", "10")
+    assert rc == 0, (result.get("failed"), err[-3000:])
+    assert len(result["checks"]) == 13
+
+
+def test_a_wrong_range_fails_the_distribution_check(tree: tuple[Path, Path]) -> None:
+    rc, result, err = check(tree, "--mode", "distribution", "--num-envs", "256", "--steps", "2",
+                            "--override", "env.events.pd_gains.params.kp_range=[0.95,1.05]")
+    assert rc == 1, (result, err[-3000:])
+    assert result["failed"] == ["kp scale"]
+
+
+def test_a_term_without_a_twin_is_refused(tree: tuple[Path, Path]) -> None:
+    extra = ("+reward.penalty_lin_vel_z={func: unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z,"
+             " weight: -1.0, params: {sensor_name: pelvis_local_linvel}}")
+    rc, _, err = check(tree, "--mode", "distribution", "--num-envs", "16", "--steps", "1", "--override", extra)
+    assert rc == 2
+    assert err.strip().splitlines()[-1] == (
+        "device_env_check: the device env has no torch twin of reward term 'penalty_lin_vel_z' "
+        "(unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z); use training.collector=host for this task")
