@@ -1,0 +1,155 @@
+"""The device-resident collector (`training.collector=device`; uni_rl 0022-0027, unilab 0006-0007) on the CPU.
+
+No fake env: UniLab's real G1 Walk Flat env on CPU MuJoCo, from the tree the real applier patched, behind the
+`DeviceVecEnv` contract through a thin adapter (`tests/device_env_adapter.py`, CPU tensors). Each check runs in
+a fresh process (`tests/device_collector_harness.py`, or UniLab's own training command line) and has a negative
+control that must fail on a broken input:
+
+- the replay ring holds exactly the transitions the env produced, observations, actions, rewards, dones,
+  truncation and the final observation of every done row as its next observation, over ~300 steps with resets
+  and a wrapped ring (control: an off-by-one ring index);
+- a short training through UniLab's Hydra command line completes, names the collector and the host syncs per
+  iteration in its run metrics, and writes checkpoints the host path's loaders take (control: one without its
+  actor); a task without a device env is a one-line refusal;
+- with the same env outputs, the batches and the learner after two iterations on the device ring are bitwise
+  those of the host path's replay code and per-update loop (control: a ring storing the post-reset observation
+  as a done row's next observation);
+- a NaN batch is skipped by the finite guard and training goes on (control: without the guard the NaN reaches
+  the policy and the env refuses its actions).
+
+What needs a GPU (CUDA events, the whole-cycle graph and the graphed inference inside this loop, a MuJoCo Warp
+device env) is not run here; see the README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PROJECT, runnable_tree
+
+HARNESS = PROJECT / "tests" / "device_collector_harness.py"
+TRAIN = "src/unilab/scripts/train_flashsac.py"
+FACTORY = "device_env_adapter:make_g1_walk_flat_cpu_env"
+# 16 envs, batch 32, learning_starts 2: the first iteration serves 3 ticks (the ring holds 32 rows after 2).
+CLI_SETTINGS = ("task=g1_walk_flat/mujoco", "algo.num_envs=16", "algo.batch_size=32", "algo.replay_buffer_n=8",
+                "algo.learning_starts=2", "algo.updates_per_step=2", "algo.policy_frequency=2",
+                "algo.max_iterations=12", "algo.save_interval=5", "training.no_play=true",
+                "training.export_onnx=false", "training.logger=tensorboard")
+PHASES = {"action_sampling", "env_step", "replay_write", "episode_stats", "reward_stats", "replay_sample", "learner"}
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, Path]) -> tuple[Path, Path]:
+    checkout, overlay = applied_session
+    return runnable_tree(checkout, tmp_path_factory.mktemp("device-collector") / "tree"), overlay
+
+
+def _env(tree: tuple[Path, Path]) -> dict[str, str]:
+    root, overlay = tree
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FLASHSAC_PROVENANCE_DIR")}
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (overlay, root / "src", PROJECT / "experiments", PROJECT / "tests")))
+    return env
+
+
+def _run(tree: tuple[Path, Path], *argv: str, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-W", "ignore", *argv], cwd=tree[0], env={**_env(tree), **extra},
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def harness(tree: tuple[Path, Path], tmp_path: Path, mode: str, *args: str) -> dict:
+    proc = _run(tree, str(HARNESS), mode, "--log-dir", str(tmp_path / "logs"), *args)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_ring_holds_exactly_the_transitions_the_env_produced(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    result = harness(tree, tmp_path, "ring")
+    assert result["steps"] >= 250 and result["dones"] > 16 and result["wrapped"], result
+    assert result["problems"] == []
+    assert result["summary"]["collector"] == "device-resident"
+
+
+def test_off_by_one_ring_index_is_caught(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    result = harness(tree, tmp_path, "ring", "--broken")
+    assert result["wrapped"]
+    assert any(problem.endswith(": obs") for problem in result["problems"]), result["problems"][:10]
+
+
+def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    logs = tmp_path / "run"
+    proc = _run(tree, TRAIN, *CLI_SETTINGS, "training.collector=device", f"+training.device_env_factory={FACTORY}",
+                f"training.log_dir='{logs}'")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    summary = json.loads((logs / "run_summary.json").read_text())
+    assert summary["status"] == "completed" and summary["completed_iterations"] == 12
+    assert summary["collector"] == summary["runtime_manifest"]["collector"] == "device-resident"
+    # Per iteration: one sync per tick (the actor's noise test), the stream synchronization, the deferred
+    # metrics read; every 10th and the last iteration read the episode statistics: (5 + 11 * 3 + 2) / 12.
+    assert summary["host_syncs_per_iteration"] == pytest.approx(40 / 12)
+    assert set(summary["collector_phases_ms"]) == PHASES
+    assert all(value >= 0.0 for value in summary["collector_phases_ms"].values())
+    assert summary["total_env_steps"] == 13 * 16
+    events = b"".join(p.read_bytes() for p in logs.glob("events.out.tfevents.*"))
+    assert b"collector/host_syncs_per_iteration" in events and b"timing/collector_env_step_ms" in events
+    assert sorted(p.name for p in logs.glob("model_*.pt")) == ["model_10.pt", "model_12.pt", "model_5.pt"]
+
+    loaded = harness(tree, tmp_path, "checkpoint", "--checkpoint", str(logs / "model_12.pt"))
+    assert loaded["keys"] == loaded["learner_keys"] and loaded["update_count"] == 12 and loaded["actor_equal"]
+    broken = _run(tree, str(HARNESS), "checkpoint", "--checkpoint", str(logs / "model_12.pt"), "--broken")
+    assert broken.returncode != 0 and "KeyError: 'actor'" in broken.stderr
+
+
+def test_hydra_cli_trains_on_the_mjwarp_device_env(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    """The real device env (unilab 0006) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
+    device, the task's own factory with the run's env override."""
+    logs = tmp_path / "run"
+    settings = [s for s in CLI_SETTINGS if not s.startswith(("task=", "algo.max_iterations"))]
+    proc = _run(tree, TRAIN, "task=g1_walk_flat/mjwarp", *settings, "algo.max_iterations=6",
+                "training.collector=device", f"training.log_dir='{logs}'", UNISIM_MJWARP_ALLOW_CPU="1",
+                MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES="")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    summary = json.loads((logs / "run_summary.json").read_text())
+    assert summary["status"] == "completed" and summary["completed_iterations"] == 6
+    assert summary["collector"] == "device-resident" and summary["total_env_steps"] == 7 * 16
+    assert (logs / "model_5.pt").is_file()
+
+
+def test_a_task_without_a_device_env_is_refused_in_one_line(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    proc = _run(tree, TRAIN, *CLI_SETTINGS, "training.collector=device", f"training.log_dir='{tmp_path / 'run'}'")
+    assert proc.returncode != 0
+    expected = ("ValueError: training.collector=device: task G1WalkFlat on backend mujoco has no device env "
+                "factory (known: G1WalkFlat/mjwarp); use training.collector=host")
+    assert expected in proc.stderr.splitlines(), proc.stderr[-3000:]
+    assert not (tmp_path / "run" / "model_12.pt").exists()
+
+
+def test_learner_update_on_the_device_ring_equals_the_host_path(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    result = harness(tree, tmp_path, "equivalence")
+    assert result["dones"] > 0 and result["state_keys"] > 100
+    assert result["batches_equal"] == [True, True]
+    assert result["metrics_equal"] and result["state_equal"] and result["finite"], result
+
+
+def test_equivalence_sees_a_wrong_terminal_observation(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    result = harness(tree, tmp_path, "equivalence", "--broken")
+    assert False in result["batches_equal"] and not result["state_equal"], result
+
+
+def test_finite_guard_skips_a_nan_batch_and_training_goes_on(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    result = harness(tree, tmp_path, "finite-guard")
+    skips, finite_losses = result["critic_skip_rates"], result["critic_losses_finite"]
+    first_skip = next(i for i, rate in enumerate(skips) if rate > 0)
+    assert not all(finite_losses) and result["finite"], result
+    assert skips[-1] == 0.0 and finite_losses[-1] and first_skip > 0, result
+
+
+def test_without_the_finite_guard_the_nan_batch_reaches_the_policy(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    proc = _run(tree, str(HARNESS), "finite-guard", "--broken", "--log-dir", str(tmp_path / "logs"))
+    assert proc.returncode != 0
+    assert "ActionManager received an action containing NaN or Inf." in proc.stderr, proc.stderr[-3000:]
