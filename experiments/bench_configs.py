@@ -326,7 +326,7 @@ LISTS: dict[str, tuple[str, ...]] = {
 
 
 def main(argv: list[str]) -> int:
-    """``bench_configs.py list matrix|evidence|replay-paths|collectors``: one of the table's lists, for shell scripts."""
+    """``bench_configs.py list matrix|evidence|replay-paths|collectors``: one of the table's lists, for scripts."""
     if len(argv) != 2 or argv[0] != "list" or argv[1] not in LISTS:
         print(f"usage: bench_configs.py list {'|'.join(LISTS)}", file=sys.stderr)
         return 2

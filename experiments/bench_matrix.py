@@ -124,7 +124,7 @@ def unplannable(configs: Sequence[str], sims: Sequence[str], collectors: Sequenc
     unknown = [c for c in collectors if c not in bench_configs.COLLECTORS]
     if unknown:
         return f"unknown collector(s) {unknown}; known: {list(bench_configs.COLLECTORS)}"
-    configs = [bench_configs.canonical_name(c) for c in configs if bench_configs.canonical_name(c) in bench_configs.CONFIGS]
+    configs = [name for name in map(bench_configs.canonical_name, configs) if name in bench_configs.CONFIGS]
     planned = {col for _, _, col in _triples(configs, sims, collectors)}
     ours = [c for c in configs if not bench_configs.CONFIGS[c].reference] or configs
     for collector in collectors:

@@ -230,6 +230,12 @@ def _pooled_floor(runs: Sequence[dict[str, Any]]) -> float | None:
     return fmean(values) if values else None
 
 
+def _env_steps_per_s(runs: Sequence[dict[str, Any]], wall_mean_ms: float) -> float | None:
+    """envs × ranks / mean wall of runs that all stepped the same number of envs (None otherwise)."""
+    envs = {int(rate["envs"]) * int(rate["ranks"]) for r in runs if (rate := r.get("env_steps_per_s"))}
+    return next(iter(envs)) * 1000.0 / wall_mean_ms if len(envs) == 1 else None
+
+
 def throughput_table(runs: Sequence[dict[str, Any]]) -> str:
     """Markdown table of what users feel: wall per iteration, env steps/s, where the collector's time goes.
 
@@ -256,8 +262,7 @@ def throughput_table(runs: Sequence[dict[str, Any]]) -> str:
         if wall is None:
             continue
         wm = float(wall["mean_ms"])
-        envs = {int(r["env_steps_per_s"]["envs"]) * int(r["env_steps_per_s"]["ranks"]) for r in ok if r.get("env_steps_per_s")}
-        rate = next(iter(envs)) * 1000.0 / wm if len(envs) == 1 else None
+        rate = _env_steps_per_s(ok, wm)
         floor = _pooled_floor(ok)
         phases = [_pooled_phase(ok, p) for p in ("physics", "reset", "state_refresh", "replay_write", "action_wait")]
         vs_up = f"{up_w[schedule] / wm:.2f}×" if schedule in up_w else "–"
@@ -298,7 +303,6 @@ def collector_table(runs: Sequence[dict[str, Any]]) -> str:
         if wall is None:
             continue
         first, wm = ok[0], float(wall["mean_ms"])
-        envs = {int(r["env_steps_per_s"]["envs"]) * int(r["env_steps_per_s"]["ranks"]) for r in ok if r.get("env_steps_per_s")}
         syncs = [float(v) for r in ok if (v := r.get("host_syncs_per_iteration")) is not None]
         reference = host_mjwarp.get((str(first.get("config")) + mps_suffix(first), schedule))
         ratio = f"{reference / wm:.2f}×" if reference and first.get("backend") == "mjwarp" else "–"
@@ -306,7 +310,7 @@ def collector_table(runs: Sequence[dict[str, Any]]) -> str:
             f"| {_label(str(first.get('config')), ok)} | {schedule} | "
             f"{'MuJoCo Warp (GPU)' if first.get('backend') == 'mjwarp' else 'MuJoCo (CPU)'} | "
             f"{first.get('collector') or 'host'}{', CUDA MPS' if mps_suffix(first) else ''} | {len(ok)} | {_fmt(wm)} | "
-            f"{_fmt(next(iter(envs)) * 1000.0 / wm if len(envs) == 1 else None, 0)} | "
+            f"{_fmt(_env_steps_per_s(ok, wm), 0)} | "
             f"{_fmt(_mean(pooled(ok, 'learner_train_ms')))} | {_fmt(fmean(syncs) if syncs else None)} | "
             + " | ".join(_fmt(_pooled_phase(ok, p)) for p in phases) + f" | {ratio} |"
         )

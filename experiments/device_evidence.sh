@@ -38,7 +38,8 @@
 # (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: device_evidence.sh checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval ..." >&2
+modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval'
+[ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
                   exit 2; }
 budget=${BUDGET_S:-540}
 work=/tmp/evidence
@@ -177,7 +178,7 @@ for mode in "$@"; do
         index=$((index + 1))
       done
       ;;
-    *) echo "device_evidence.sh: unknown mode $mode (checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval)" >&2
+    *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2
        exit 2 ;;
   esac
 done

@@ -175,7 +175,8 @@ def test_a_real_device_bench_run_records_collector_host_syncs_and_phases(device_
     assert run["collector"] == run["collector_requested"] == "device-resident"
     assert run["training_config"]["algo_params"] is not None and len(rows_all) == 8 and run["num_samples"] == 5
     trainer = json.loads(Path(run["_summary_file"]).read_text())
-    assert run["run_summary"] == {k: trainer[k] for k in ("collector", "host_syncs_per_iteration", "collector_phases_ms")}
+    whole = ("collector", "host_syncs_per_iteration", "collector_phases_ms")
+    assert run["run_summary"] == {k: trainer[k] for k in whole}
     # Over all iterations, the hook's rows give the trainer's own whole-run figures.
     assert statistics.fmean(r["host_syncs"] for r in rows_all) == pytest.approx(trainer["host_syncs_per_iteration"])
     for phase, mean in trainer["collector_phases_ms"].items():
@@ -184,7 +185,8 @@ def test_a_real_device_bench_run_records_collector_host_syncs_and_phases(device_
     window = run["rows"]
     assert run["host_syncs_per_iteration"] == pytest.approx(statistics.fmean(r["host_syncs"] for r in window))
     assert rows_all[0]["host_syncs"] > run["host_syncs_per_iteration"] >= 3.0
-    assert set(run["collector_phases_ms"]) == set(bench_stats.DEVICE_COLLECTOR_PHASES) == set(trainer["collector_phases_ms"])
+    phases = set(run["collector_phases_ms"])
+    assert phases == set(bench_stats.DEVICE_COLLECTOR_PHASES) == set(trainer["collector_phases_ms"])
     assert all(v is not None and v >= 0.0 for v in run["collector_phases_ms"].values())
     assert run["collector_phases_ms"]["learner"] == pytest.approx(run["learner_train_ms"]["mean_ms"])
     collection = ("action_sampling_ms", "env_step_ms", "replay_write_ms", "episode_stats_ms")
@@ -229,5 +231,6 @@ def test_the_report_keeps_collectors_apart(device_run: dict) -> None:
     for run in runs:
         run.pop("collector", None)
     assert len(_rows(bench_report.throughput_table(runs), "MuJoCo Warp GPU physics")) == 1
-    assert [line.split("|")[4].strip() for line in _rows(mjwarp_report.physics_table(runs), "MuJoCo Warp (GPU)")] == ["2"]
+    pooled = _rows(mjwarp_report.physics_table(runs), "MuJoCo Warp (GPU)")
+    assert [line.split("|")[4].strip() for line in pooled] == ["2"]
     assert len(_rows(bench_report.collector_table(runs), "MuJoCo Warp (GPU)")) == 1
