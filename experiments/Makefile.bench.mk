@@ -2,6 +2,7 @@
 #
 #   make bench [QUICK=1] [UNILAB=<tree>] [PYTHON=<UniLab interpreter>] [ITERATIONS=1000] [SUMMARY_LAST=500]
 #              [SETTING=report|unilab-default|report,unilab-default] [SIM=mujoco|mjwarp|mujoco,mjwarp] [SCHEDULES=2,8] [CONFIGS=baseline-1.3.2,eager,...] [REPEATS=1] [UNILAB_ASSETS=<dir|.tar.xz>]
+#              [COLLECTOR=host|device|host,device]   (device: the device-resident collector, SIM=mjwarp runs only)
 #              [APPLY=1] [SKIP_VERIFY=1] [TIMEOUT_S=<per run>]
 #              [NO_CHECKS=1 | CHECK_NUMERICS='<cmd>' CHECK_REPLAY='<cmd>' | CHECKS_JSON=<file>] [BENCH_ARGS=...]
 #   make bench-parity [QUICK=1] [SEEDS=1,2,3,4,5] [ITERATIONS=3000] [BENCH_ARGS="--arms A,B"] ...   (exit 0: trusted check)
@@ -35,7 +36,7 @@ endif
 bench:
 	$(BENCH_PY) experiments/bench_matrix.py $(BENCH_COMMON) \
 	  $(if $(SUMMARY_LAST),--summary-last $(SUMMARY_LAST)) $(if $(SCHEDULES),--schedules $(SCHEDULES)) \
-	  $(if $(SETTING),--settings $(SETTING)) $(if $(SIM),--sims $(SIM)) \
+	  $(if $(SETTING),--settings $(SETTING)) $(if $(SIM),--sims $(SIM)) $(if $(COLLECTOR),--collectors $(COLLECTOR)) \
 	  $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(APPLY),--apply) \
 	  $(if $(CHECK_NUMERICS),--check 'numerics=$(CHECK_NUMERICS)') \
 	  $(if $(CHECK_REPLAY),--check 'replay-stability=$(CHECK_REPLAY)') \

@@ -5,6 +5,9 @@ the Hydra overrides of the single-run script (``--config NAME``) and of ``make b
 arguments of the numerics and replay-stability studies (``learner_switches``), the device scripts
 (``python3 experiments/bench_configs.py list evidence``) and the tests. To add a configuration, add one
 ``BenchConfig`` to ``CONFIGS`` (and its name to ``MATRIX_CONFIGS`` if ``make bench`` should run it).
+Who steps the env is not a configuration but a run dimension (``COLLECTORS``: the host collector or the
+device-resident one, ``make bench COLLECTOR=host,device``), as the physics is (``SIM=``); ``refusal`` says
+which configuration × physics × collector cannot run, for the matrix and the single-run script alike.
 
 One name per feature: the learner switch ``use_whole_cycle_cuda_graph`` (patches 0011-0013, one CUDA graph replay
 per runner iteration) is the *whole-cycle graph* in configuration names (``whole-cycle-graph``), labels,
@@ -39,6 +42,8 @@ WHOLE_CYCLE_GRAPH_KEY = f"{ALGO_PARAMS}.use_whole_cycle_cuda_graph"
 INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
 #: The patched config's single-rank CPU split (unilab patch 0002): CPUs kept for the learner.
 LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
+#: The patched config's choice of who steps the env (unilab patch 0007): ``host`` or ``device``.
+COLLECTOR_KEY = "training.collector"
 
 #: Configuration names of runs committed before the whole-cycle graph had one name.
 LEGACY_NAMES: dict[str, str] = {
@@ -166,6 +171,65 @@ REPLAY_STUDY: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class Collector:
+    """Who steps the env in a run: a dimension of ``make bench`` (``COLLECTOR=``), like the physics (``SIM=``).
+
+    A dimension rather than a configuration, so that any learner configuration can be timed with either
+    collector and the report keys its rows on what each run recorded (``collector`` in the run JSON), never
+    on a name. ``name`` is the value of ``training.collector`` (and of ``COLLECTOR=``/``--collector``);
+    ``recorded`` is how the run's own records name it; ``sims`` the physics it can step (None: any).
+    """
+
+    name: str
+    recorded: str
+    label: str
+    sims: tuple[str, ...] | None = None
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The Hydra override; none for the host collector, the tree's default (a pristine tree has no key)."""
+        return () if self.name == "host" else (f"{COLLECTOR_KEY}={self.name}",)
+
+    @property
+    def requires_key(self) -> str | None:
+        """A non-default collector needs the switch in the tree's flashsac config (unilab 0007)."""
+        return COLLECTOR_KEY if self.overrides else None
+
+
+#: The collectors: the host path (a spawned process stepping UniLab's NumPy env; the host runners name no
+#: collector in their records) and the device-resident one (uni_rl 0022-0027): the learner's process steps
+#: the task's device env, which UniLab has for G1 Walk Flat on MuJoCo Warp only (unilab 0006,
+#: ``DEVICE_ENV_FACTORIES``).
+COLLECTORS: dict[str, Collector] = {
+    c.name: c
+    for c in (
+        Collector("host", "host", "host collector"),
+        Collector("device", "device-resident", "device-resident collector", sims=("mjwarp",)),
+    )
+}
+#: The run records' names of the collectors -> the table's entry.
+RECORDED_COLLECTORS: dict[str, Collector] = {c.recorded: c for c in COLLECTORS.values()}
+
+
+def refusal(config: str, sim: str, collector: str = "host") -> str | None:
+    """Why a configuration cannot run on this physics with this collector (one line), or None.
+
+    The references are what users have without us: the stock learner on the stock tree, stepping CPU MuJoCo
+    with UniLab 1.3.2's only collector, the host one. An unknown configuration name is its caller's to refuse.
+    """
+    chosen, entry = COLLECTORS[collector], CONFIGS.get(config)
+    reference = entry is not None and entry.reference is not None
+    if reference and sim != "mujoco":
+        return f"{config} is a reference: it runs on CPU MuJoCo only (SIM=mujoco)"
+    if reference and chosen.overrides:
+        return f"{config} is a reference: the pristine tree has only the host collector (COLLECTOR=host)"
+    if chosen.sims is not None and sim not in chosen.sims:
+        return (f"the {chosen.label} ({COLLECTOR_KEY}={chosen.name}) runs on {', '.join(chosen.sims)} only: "
+                f"UniLab's G1 Walk Flat has a device env on MuJoCo Warp only (SIM=mjwarp), not on {sim}")
+    return None
+
+
 def canonical_name(name: str) -> str:
     """A configuration name as the table spells it (committed runs may carry a legacy name)."""
     return LEGACY_NAMES.get(name, name)
@@ -257,11 +321,12 @@ LISTS: dict[str, tuple[str, ...]] = {
     "matrix": MATRIX_CONFIGS,
     "evidence": EVIDENCE_CONFIGS,
     "replay-paths": tuple(REPLAY_STUDY),
+    "collectors": tuple(COLLECTORS),
 }
 
 
 def main(argv: list[str]) -> int:
-    """``bench_configs.py list matrix|evidence|replay-paths``: one of the table's lists, for shell scripts."""
+    """``bench_configs.py list matrix|evidence|replay-paths|collectors``: one of the table's lists, for scripts."""
     if len(argv) != 2 or argv[0] != "list" or argv[1] not in LISTS:
         print(f"usage: bench_configs.py list {'|'.join(LISTS)}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import bench_configs
 import bench_env  # also puts scripts/ (the applier's patchset package) on sys.path
 from bench_env import BenchSetupError
 from patchset.api import PatchsetError, extract_wheel_package, pinned_artifact
@@ -149,13 +150,17 @@ def parse_check(text: str) -> tuple[str, str]:
 
 @dataclass
 class RunSpec:
-    """One planned run of the single-run script; ``updates_per_step`` None: the setting's tree value."""
+    """One planned run of the single-run script; ``updates_per_step`` None: the setting's tree value.
+
+    ``collector``: a key of ``bench_configs.COLLECTORS`` (who steps the env).
+    """
 
     config: str
     updates_per_step: int | None
     setting: str = "report"
     seed: int | None = None
     sim: str = "mujoco"
+    collector: str = "host"
     extra: list[str] = field(default_factory=list)
 
 
@@ -179,7 +184,7 @@ def single_run_argv(
 ) -> list[str]:
     """Command line of the single-run script for one planned run."""
     argv = [sys.executable, str(SINGLE_RUN), *common, "--config", spec.config, "--setting", spec.setting,
-            "--backend", spec.sim, "--output", str(output), "--run-dir", str(run_dir)]
+            "--backend", spec.sim, "--collector", spec.collector, "--output", str(output), "--run-dir", str(run_dir)]
     if spec.updates_per_step is not None:
         argv += ["--updates-per-step", str(spec.updates_per_step)]
     if spec.seed is not None:
@@ -193,6 +198,7 @@ def ensure_record(output: Path, spec: RunSpec, schedule_label: str, code: int) -
         return
     output.write_text(json.dumps({
         "status": "failed", "returncode": code, "config": spec.config, "setting": spec.setting, "backend": spec.sim,
+        "collector": bench_configs.COLLECTORS[spec.collector].recorded,
         "training_config": {"schedule": schedule_label, "updates_per_step": spec.updates_per_step, "seed": spec.seed},
         "error": f"the single-run script exited {code} before writing its JSON (see the log above)",
     }, indent=2) + "\n", encoding="utf-8")

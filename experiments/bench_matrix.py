@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sims", type=_csv, default=["mujoco"],
                    help=f"physics backends, alternated innermost with the configurations (known: "
                         f"{','.join(bench_env.SIMS)}; default: mujoco)")
+    p.add_argument("--collectors", type=_csv, default=["host"],
+                   help=f"who steps the env, alternated innermost (known: {','.join(bench_configs.COLLECTORS)}; "
+                        "default: host); device runs only on mjwarp, the references only with host")
     p.add_argument("--configs", type=_csv, default=list(bench_configs.MATRIX_CONFIGS),
                    help=f"configurations (default: {','.join(bench_configs.MATRIX_CONFIGS)})")
     p.add_argument("--repeats", type=int, default=1, help="rounds over the whole matrix")
@@ -82,26 +85,53 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _triples(configs: Sequence[str], sims: Sequence[str], collectors: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(configuration, physics, collector) of one round, in order, without what the table refuses."""
+    return [(c, sim, col) for c in configs for sim in sims for col in collectors
+            if bench_configs.refusal(c, sim, col) is None]
+
+
 def plan(
     configs: Sequence[str], settings: Sequence[str], repeats: int, schedules: Sequence[int] | None = None,
-    sims: Sequence[str] = ("mujoco",),
+    sims: Sequence[str] = ("mujoco",), collectors: Sequence[str] = ("host",),
 ) -> list[bench_driver.RunSpec]:
-    """Alternating order: configurations × physics innermost, then schedule, then setting; reversed on odd rounds.
+    """Alternating order: configurations × physics × collectors innermost, then schedule, then setting; reversed
+    on odd rounds.
 
-    The references (1.3.2, 1.4.0) are runs of what users have without us, on CPU MuJoCo only.
+    What ``bench_configs.refusal`` refuses is left out: the references (1.3.2, 1.4.0) are runs of what users
+    have without us, on CPU MuJoCo with the host collector; the device-resident collector steps MJWarp only.
     """
     runs: list[bench_driver.RunSpec] = []
     for round_index in range(repeats):
-        pairs = [(c, sim) for c in configs for sim in sims
-                 if sim == "mujoco" or not bench_configs.CONFIGS[c].reference]
-        order = pairs if round_index % 2 == 0 else list(reversed(pairs))
+        triples = _triples(configs, sims, collectors)
+        order = triples if round_index % 2 == 0 else list(reversed(triples))
         for name in settings:
             setting = bench_configs.SETTINGS[name]
             chosen = setting.schedules if None in setting.schedules or schedules is None else tuple(schedules)
             for ups in chosen:
-                runs.extend(bench_driver.RunSpec(config=c, updates_per_step=ups, setting=name, sim=sim)
-                            for c, sim in order)
+                runs.extend(bench_driver.RunSpec(config=c, updates_per_step=ups, setting=name, sim=sim, collector=col)
+                            for c, sim, col in order)
     return runs
+
+
+def unplannable(configs: Sequence[str], sims: Sequence[str], collectors: Sequence[str]) -> str | None:
+    """Why a requested collector has no run at all in this invocation (one line), or None.
+
+    A combination the table refuses is dropped quietly when the invocation runs it otherwise (the references
+    beside ``SIM=mjwarp``, the device collector beside ``SIM=mujoco``); a collector left with no run means
+    the request itself cannot be met, and is refused before any GPU minute is spent.
+    """
+    unknown = [c for c in collectors if c not in bench_configs.COLLECTORS]
+    if unknown:
+        return f"unknown collector(s) {unknown}; known: {list(bench_configs.COLLECTORS)}"
+    configs = [name for name in map(bench_configs.canonical_name, configs) if name in bench_configs.CONFIGS]
+    planned = {col for _, _, col in _triples(configs, sims, collectors)}
+    ours = [c for c in configs if not bench_configs.CONFIGS[c].reference] or configs
+    for collector in collectors:
+        if collector not in planned and configs and sims:
+            reason = bench_configs.refusal(ours[0], sims[0], collector)
+            return f"COLLECTOR={collector} has no run with SIM={','.join(sims)}: {reason}"
+    return None
 
 
 def _schedule_label(spec: bench_driver.RunSpec) -> str:
@@ -150,6 +180,11 @@ def prepare(args: argparse.Namespace) -> tuple[dict, Path, list[str], Path | Non
     for sim in args.sims:
         bench_env.require_sim(sim)
     bench_env.ensure_assets(root, args.assets)
+    keys = bench_env.flashsac_config_keys(root)
+    for name in args.collectors:
+        need = bench_configs.COLLECTORS[name].requires_key
+        if need and need not in keys:
+            raise BenchSetupError(f"COLLECTOR={name} needs {need} in the tree's flashsac config (unilab 0007)")
     configs = available_configs(args.configs, root)
     needs_baseline = any(bench_configs.CONFIGS[c].source == "baseline" for c in configs)
     baseline = bench_driver.prepare_baseline(args.baseline_uni_rl, args.baseline_wheel) if needs_baseline else None
@@ -190,6 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BenchSetupError("--check and --checks-json exclude each other")
         if args.checks_json is not None and bench_driver.load_json_object(args.checks_json) is None:
             raise BenchSetupError(f"--checks-json {args.checks_json} is not a readable JSON object")
+        reason = unplannable(args.configs, args.sims, args.collectors)
+        if reason is not None:
+            raise BenchSetupError(reason)
         device, root, configs, baseline, state = prepare(args)
     except (BenchSetupError, subprocess.CalledProcessError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
@@ -206,9 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks_json = out / "checks.json"
         checks_json.write_text(args.checks_json.read_text(encoding="utf-8"), encoding="utf-8")
     common = common_args(args, root, baseline, checks_json)
-    specs = plan(configs, args.settings, args.repeats, args.schedules, args.sims)
+    specs = plan(configs, args.settings, args.repeats, args.schedules, args.sims, args.collectors)
     progress = bench_driver.Progress(total=len(specs))
-    notes = (f"Invocation: {len(specs)} runs ({', '.join(configs)}) × physics {args.sims} × settings {args.settings}"
+    notes = (f"Invocation: {len(specs)} runs ({', '.join(configs)}) × physics {args.sims} × collectors "
+             f"{args.collectors} × settings {args.settings}"
              f"{' × schedules ' + str(args.schedules) if args.schedules else ''}, "
              f"{args.repeats} round(s), alternating. References (1.3.2, 1.4.0) train on the pristine UniLab tree, "
              f"the patched configurations on the applied one. Inductor cache empty at start (cold start): {cold}. "
@@ -220,10 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for index, spec in enumerate(specs, 1):
         schedule = _schedule_label(spec)
         sim = "" if spec.sim == "mujoco" else f"-{spec.sim}"
+        sim += "" if spec.collector == "host" else f"-{spec.collector}"
         stem = f"{index:02d}-{spec.setting}-{spec.config}{sim}-{schedule.replace('/', '-')}"
         output = out / "runs" / f"{stem}.json"
         argv_run = bench_driver.single_run_argv(spec, common=common, output=output, run_dir=logs_root / stem)
-        what = f"{spec.config} on {spec.sim}, setting {spec.setting}, schedule {schedule}"
+        what = f"{spec.config} on {spec.sim}, {spec.collector} collector, setting {spec.setting}, schedule {schedule}"
         code = bench_driver.execute(argv_run, progress, what)
         if code != 0 and bench_configs.CONFIGS[spec.config].reference == "upstream":
             code = bench_driver.retry_cold_reference(argv_run, output, progress, what)

@@ -85,15 +85,40 @@ def mps_suffix(run: dict[str, Any]) -> str:
     return _MPS if (run.get("device") or {}).get("cuda_mps") == "on" else ""
 
 
+#: Row suffix of a run whose trainer recorded a collector other than the host one (the run JSON's
+#: ``collector``, e.g. "device-resident"): runs of different collectors never pool, whatever their names.
+_COLLECTOR = " @"
+
+
+def collector_suffix(run: dict[str, Any]) -> str:
+    """The row suffix of the collector the run recorded; "" for the host collector and runs that name none."""
+    collector = str(run.get("collector") or "host")
+    return "" if collector == "host" else _COLLECTOR + collector
+
+
+def pairing_suffix(run: dict[str, Any]) -> str:
+    """What keeps a run's row apart besides configuration and physics: its collector, then CUDA MPS."""
+    return collector_suffix(run) + mps_suffix(run)
+
+
 def run_key(run: dict[str, Any]) -> str:
-    """The run's row: its configuration, marked when its collector ran MuJoCo Warp and when MPS was on."""
+    """The run's row: its configuration, marked when its collector ran MuJoCo Warp, when it was not the host
+    collector and when MPS was on."""
     config = str(run.get("config"))
-    return (config + _GPU_PHYSICS if run.get("backend") == "mjwarp" else config) + mps_suffix(run)
+    return (config + _GPU_PHYSICS if run.get("backend") == "mjwarp" else config) + pairing_suffix(run)
+
+
+def _strip_collector(name: str) -> tuple[str, str | None]:
+    """(row key without its collector suffix, the collector's recorded name or None)."""
+    for collector in bench_configs.RECORDED_COLLECTORS:
+        if name.endswith(_COLLECTOR + collector):
+            return name.removesuffix(_COLLECTOR + collector), collector
+    return name, None
 
 
 def _config_order(name: str) -> tuple[int, str]:
     order = list(bench_configs.MATRIX_CONFIGS)
-    base = name.removesuffix(_MPS).removesuffix(_GPU_PHYSICS)
+    base = _strip_collector(name.removesuffix(_MPS))[0].removesuffix(_GPU_PHYSICS)
     return (order.index(base) if base in order else len(order), name)
 
 
@@ -112,6 +137,9 @@ def _table_order(key: tuple[str, str]) -> tuple[tuple[str, str], tuple[int, str]
 def _label(name: str, runs: Sequence[dict[str, Any]]) -> str:
     if name.endswith(_MPS):
         return _label(name.removesuffix(_MPS), runs) + ", CUDA MPS"
+    base, collector = _strip_collector(name)
+    if collector is not None:
+        return _label(base, runs) + ", " + bench_configs.RECORDED_COLLECTORS[collector].label
     if name.endswith(_GPU_PHYSICS) and name.removesuffix(_GPU_PHYSICS) in bench_configs.CONFIGS:
         return bench_configs.CONFIGS[name.removesuffix(_GPU_PHYSICS)].label + ", MuJoCo Warp GPU physics"
     if name in bench_configs.CONFIGS:
@@ -202,6 +230,12 @@ def _pooled_floor(runs: Sequence[dict[str, Any]]) -> float | None:
     return fmean(values) if values else None
 
 
+def _env_steps_per_s(runs: Sequence[dict[str, Any]], wall_mean_ms: float) -> float | None:
+    """envs × ranks / mean wall of runs that all stepped the same number of envs (None otherwise)."""
+    envs = {int(rate["envs"]) * int(rate["ranks"]) for r in runs if (rate := r.get("env_steps_per_s"))}
+    return next(iter(envs)) * 1000.0 / wall_mean_ms if len(envs) == 1 else None
+
+
 def throughput_table(runs: Sequence[dict[str, Any]]) -> str:
     """Markdown table of what users feel: wall per iteration, env steps/s, where the collector's time goes.
 
@@ -228,8 +262,7 @@ def throughput_table(runs: Sequence[dict[str, Any]]) -> str:
         if wall is None:
             continue
         wm = float(wall["mean_ms"])
-        envs = {int(r["env_steps_per_s"]["envs"]) * int(r["env_steps_per_s"]["ranks"]) for r in ok if r.get("env_steps_per_s")}
-        rate = next(iter(envs)) * 1000.0 / wm if len(envs) == 1 else None
+        rate = _env_steps_per_s(ok, wm)
         floor = _pooled_floor(ok)
         phases = [_pooled_phase(ok, p) for p in ("physics", "reset", "state_refresh", "replay_write", "action_wait")]
         vs_up = f"{up_w[schedule] / wm:.2f}×" if schedule in up_w else "–"
@@ -238,6 +271,48 @@ def throughput_table(runs: Sequence[dict[str, Any]]) -> str:
             f"{_fmt(wall['p95_ms'])} | {_fmt(rate, 0)} | {' | '.join(_fmt(p) for p in phases)} | "
             f"{_fmt(wm / phases[0] if phases[0] else None)} | {_fmt(floor)} | "
             f"{_fmt(wm / floor if floor else None)} | {_reduction(wm, base_w, schedule)} | {vs_up} |"
+        )
+    return "\n".join(lines)
+
+
+def collector_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Markdown table: the collectors side by side, one row per configuration × physics × collector × setting.
+
+    *host syncs / iteration* is what the runner counted (the device-resident one counts every wait for the
+    device; the host path counts none: "–"). The phases are the collector's means over the summary window:
+    the device-resident collector's per iteration, of which *env step* and *replay write* are also the host
+    collector's (per cycle). *× host MJWarp* is the host collector's mean wall on MJWarp over this row's, same
+    configuration and column (> 1: shorter iterations than the host collector on the same physics).
+    """
+    groups = group_runs(runs)
+    host_mjwarp: dict[tuple[str, str], float] = {}
+    for (key, schedule), group in groups.items():
+        ok = [r for r in group if _ok(r)]
+        wall = pooled(ok, "wall_per_iter_ms")
+        if wall and ok and ok[0].get("backend") == "mjwarp" and not collector_suffix(ok[0]):
+            host_mjwarp[(str(ok[0].get("config")) + mps_suffix(ok[0]), schedule)] = float(wall["mean_ms"])
+    phases = [p for p in bench_stats.DEVICE_COLLECTOR_PHASES if p != "learner"]
+    lines = [
+        "| configuration | setting · schedule | physics | collector | runs | wall mean | env steps/s | learner "
+        "| host syncs / iteration | " + " | ".join(p.replace("_", " ") for p in phases) + " | × host MJWarp |",
+        "|" + "---|" * (10 + len(phases)),
+    ]
+    for (key, schedule) in sorted(groups, key=_table_order):
+        ok = [r for r in groups[(key, schedule)] if _ok(r)]
+        wall = pooled(ok, "wall_per_iter_ms")
+        if wall is None:
+            continue
+        first, wm = ok[0], float(wall["mean_ms"])
+        syncs = [float(v) for r in ok if (v := r.get("host_syncs_per_iteration")) is not None]
+        reference = host_mjwarp.get((str(first.get("config")) + mps_suffix(first), schedule))
+        ratio = f"{reference / wm:.2f}×" if reference and first.get("backend") == "mjwarp" else "–"
+        lines.append(
+            f"| {_label(str(first.get('config')), ok)} | {schedule} | "
+            f"{'MuJoCo Warp (GPU)' if first.get('backend') == 'mjwarp' else 'MuJoCo (CPU)'} | "
+            f"{first.get('collector') or 'host'}{', CUDA MPS' if mps_suffix(first) else ''} | {len(ok)} | {_fmt(wm)} | "
+            f"{_fmt(_env_steps_per_s(ok, wm), 0)} | "
+            f"{_fmt(_mean(pooled(ok, 'learner_train_ms')))} | {_fmt(fmean(syncs) if syncs else None)} | "
+            + " | ".join(_fmt(_pooled_phase(ok, p)) for p in phases) + f" | {ratio} |"
         )
     return "\n".join(lines)
 
@@ -364,6 +439,7 @@ def write_summary(runs: Sequence[dict[str, Any]], path: Path, *, title: str, not
         f"{first.get('iterations')} iterations, statistics over the last {first.get('summary_last')}; times in ms.\n\n"
         f"{notes}\n\n## What users feel: wall per iteration and env steps/s\n\n{throughput_table(runs)}\n\n"
         f"## Timings\n\n{summary_table(runs)}\n\n"
+        f"## Collectors side by side (host syncs, the device-resident collector's split)\n\n{collector_table(runs)}\n\n"
         f"## Learner vs collector pace (means over the same window)\n\n{pace_table(runs)}\n\n"
         f"## Compile / capture warm-up (not in the table above)\n\n{warmup_table(runs)}\n\n"
         f"## Environment\n\n{environment_section(runs)}\n\n## Failures\n\n{failures_section(runs)}\n"

@@ -29,6 +29,16 @@ COLLECTOR_PHASES: dict[str, str] = {
     "action_wait": "learner_action_wait_ms",
     "inference_request": "inference_request_ms",
 }
+#: The device-resident collector's split of one iteration (uni_rl's ``DeviceCollectorRunner.PHASES``, in loop
+#: order; ``<phase>_ms`` in its collector timing): its collector and its learner share one process and one
+#: loop, so the learner's phases are in the split too.
+DEVICE_COLLECTOR_PHASES: dict[str, str] = {
+    phase: f"{phase}_ms"
+    for phase in ("action_sampling", "env_step", "replay_write", "episode_stats", "reward_stats", "replay_sample",
+                  "learner")
+}
+#: Each collector's phases, by the name the run records (``collector`` in the run JSON).
+PHASES_BY_COLLECTOR: dict[str, dict[str, str]] = {"host": COLLECTOR_PHASES, "device-resident": DEVICE_COLLECTOR_PHASES}
 
 
 def percentile(values: Sequence[float], quantile: float) -> float:
@@ -101,10 +111,13 @@ def throughput(wall: dict[str, float | int], *, envs: int, ranks: int = 1) -> di
     }
 
 
-def collector_phases(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
-    """Mean ms per cycle of each collector phase over ``rows`` (None: the collector never reported it)."""
+def collector_phases(rows: Sequence[dict[str, Any]], collector: str = "host") -> dict[str, float | None]:
+    """Mean ms per cycle of each phase of ``collector`` over ``rows`` (None: the collector never reported it).
+
+    The host collector's phases are per collector cycle, the device-resident collector's per iteration.
+    """
     means: dict[str, float | None] = {}
-    for name, key in COLLECTOR_PHASES.items():
+    for name, key in PHASES_BY_COLLECTOR[collector].items():
         values = [float(t[key]) for t in (row.get("collector_timing_ms") or {} for row in rows) if t.get(key) is not None]
         means[name] = fmean(values) if values else None
     return means
@@ -126,8 +139,18 @@ def select_summary_rows(
     return eligible[-summary_last:]
 
 
+def host_syncs(rows: Sequence[dict[str, Any]]) -> float | None:
+    """Mean host syncs per iteration over ``rows``, as the runner counted them (None: it counts none).
+
+    The device-resident runner counts every wait for the device and logs the count per iteration
+    (``collector/host_syncs_per_iteration``); the host path counts none, and a guess would be no record.
+    """
+    values = [float(row["host_syncs"]) for row in rows if row.get("host_syncs") is not None]
+    return fmean(values) if values else None
+
+
 def timing_report(
-    rows_all: Sequence[dict[str, Any]], *, summary_last: int, skip_first: int = 0
+    rows_all: Sequence[dict[str, Any]], *, summary_last: int, skip_first: int = 0, collector: str = "host"
 ) -> dict[str, Any]:
     """The timing part of a run JSON: all rows, the summarized rows and their statistics."""
     rows_all = with_wall_periods(rows_all)
@@ -148,7 +171,8 @@ def timing_report(
     }
     for field in TIMING_FIELDS:
         report[field] = summarize(row.get(field) for row in rows)
-    report["collector_phases_ms"] = collector_phases(rows)
+    report["collector_phases_ms"] = collector_phases(rows, collector)
+    report["host_syncs_per_iteration"] = host_syncs(rows)
     return report
 
 

@@ -14,8 +14,11 @@ original report's, so that its readers' command line and tools keep working::
         --policy-frequency 2 --compile --output run.json
 
 The learner is the patched ``uni_rl`` of ``overlay/`` (``make apply``) unless
-``--config`` names a reference or ``--uni-rl-path`` names another folder. CUDA is
-required: without it the script prints one error line and writes nothing.
+``--config`` names a reference or ``--uni-rl-path`` names another folder. ``--collector
+device`` trains with the device-resident collector (``training.collector=device``: the
+learner's process steps the task's device env, MuJoCo Warp only); the run JSON names the
+collector its trainer recorded. CUDA is required: without it the script prints one error
+line and writes nothing (``--cpu-smoke`` is the tests' exception, never a measurement).
 """
 
 from __future__ import annotations
@@ -109,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show UniLab's Rich panel through a pseudo-terminal (auto: when stdout is a terminal)")
     p.add_argument("--timeout-s", type=float, help="stop the trainer after this many seconds")
     p.add_argument("--extra-override", action="append", default=[], help="extra Hydra override (repeatable)")
+    p.add_argument("--collector", choices=sorted(bench_configs.COLLECTORS), default="host",
+                   help="who steps the env: host (a spawned collector process, the default) or device (the "
+                        "device-resident collector in the learner's process; --backend mjwarp only)")
+    p.add_argument("--cpu-smoke", action="store_true",
+                   help="tests only: without CUDA, the device collector on MuJoCo Warp's CPU device and the learner "
+                        "on the CPU (UNISIM_MJWARP_ALLOW_CPU=1); exercises the harness, measures nothing")
     return p
 
 
@@ -181,6 +190,7 @@ def hydra_overrides(args: argparse.Namespace, run_logs: Path) -> list[str]:
             overrides.append(f"{key}={value}")
     config = selected_config(args)
     overrides.extend(config.overrides if config else bench_configs.config_overrides_for_compile_flag(args.compile))
+    overrides.extend(bench_configs.COLLECTORS[args.collector].overrides)
     overrides.extend(args.extra_override)
     return overrides
 
@@ -382,6 +392,41 @@ def applied_state(require: bool, unilab_root: Path, overlay: Path) -> dict[str, 
             "patches": status.get("patches"), "checkout": status.get("checkout")}
 
 
+def require_runnable(args: argparse.Namespace) -> None:
+    """Refuse, in one line and before any device is touched, what cannot run: the table's rule, and a CPU
+    smoke run of the host collector (its replay pipeline needs CUDA)."""
+    name, _ = config_identity(args)
+    reason = bench_configs.refusal(name, args.backend, args.collector)
+    if reason is None and args.cpu_smoke and not bench_configs.COLLECTORS[args.collector].overrides:
+        reason = "--cpu-smoke runs the device collector only (--collector device): the host path needs CUDA"
+    if reason is not None:
+        raise BenchSetupError(reason)
+
+
+def smoke_device() -> dict[str, Any]:
+    """The device record of a --cpu-smoke run: torch on the CPU, no GPU, marked as no measurement."""
+    import torch
+
+    return {"cuda": False, "gpu": None, "capability": None, "torch": torch.__version__,
+            "cuda_runtime": torch.version.cuda, "smoke": "CPU learner, MuJoCo Warp's CPU device: not a measurement"}
+
+
+def collector_record(requested: str, meta: dict[str, Any], summary: dict[str, Any] | None) -> dict[str, Any]:
+    """Which collector the run really trained with, from the trainer's own records, and its whole-run figures.
+
+    The learner's runtime manifest names the device-resident collector; the host runners name none, so a
+    run that logged iterations without a name ran the host collector. A run that logged nothing is recorded
+    under the collector it asked for. ``run_summary`` is what the trainer wrote in run_summary.json (collector,
+    host syncs per iteration and phases over all iterations); the host path writes none of these.
+    """
+    asked = bench_configs.COLLECTORS[requested].recorded
+    recorded = meta.get("collector") or ("host" if meta else asked)
+    keys = ("collector", "host_syncs_per_iteration", "collector_phases_ms")
+    whole = {k: summary.get(k) for k in keys} if summary and summary.get("collector") else None
+    error = None if recorded == asked else f"asked for the {asked} collector, the trainer ran the {recorded} one"
+    return {"collector": recorded, "collector_requested": asked, "run_summary": whole, "error": error}
+
+
 def print_summary(payload: dict[str, Any]) -> None:
     """A short table after the live panel is gone: what the JSON's summary says."""
     if "learner_train_ms" not in payload:
@@ -395,6 +440,10 @@ def print_summary(payload: dict[str, Any]) -> None:
     rate, floor = payload.get("env_steps_per_s") or {}, payload.get("physics_floor") or {}
     print(f"env steps/s {rate.get('mean', 0):,.0f} (setting {payload.get('setting')}); physics floor "
           f"{floor.get('floor_ms') or 0:.2f} ms, wall / floor {floor.get('wall_over_floor') or 0:.2f}")
+    syncs = payload.get("host_syncs_per_iteration")
+    print(f"collector {payload.get('collector')}: host syncs per iteration "
+          f"{'not counted' if syncs is None else f'{syncs:.2f}'}; phases (ms) "
+          + ", ".join(f"{k} {v:.2f}" for k, v in (payload.get("collector_phases_ms") or {}).items() if v is not None))
     warm = payload["warmup"]
     print(f"warm-up: first iteration learner {warm['first_iteration_learner_train_ms']:.0f} ms, "
           f"excess before window {warm['excess_learner_ms'] or 0:.0f} ms, "
@@ -403,7 +452,8 @@ def print_summary(payload: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The run itself; raises BenchSetupError for unmet preconditions."""
-    parent_device = bench_env.require_cuda()
+    require_runnable(args)
+    parent_device = smoke_device() if args.cpu_smoke else bench_env.require_cuda()
     bench_env.require_sim(args.backend)
     config = selected_config(args)
     patched_root = bench_env.require_unilab_root(args.unilab_root)
@@ -420,6 +470,9 @@ def run(args: argparse.Namespace) -> int:
     config_name, config_label = config_identity(args)
     if config and config.requires_key and config.requires_key not in bench_env.flashsac_config_keys(unilab_root):
         raise BenchSetupError(f"configuration {config.name} needs {config.requires_key} in the tree's flashsac config")
+    collector_key = bench_configs.COLLECTORS[args.collector].requires_key
+    if collector_key and collector_key not in bench_env.flashsac_config_keys(unilab_root):
+        raise BenchSetupError(f"--collector {args.collector} needs {collector_key} in the tree's flashsac config")
 
     run_dir = (args.run_dir or Path(tempfile.mkdtemp(prefix="flashsac-bench-"))).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -431,6 +484,8 @@ def run(args: argparse.Namespace) -> int:
     site = provenance_site(args.overlay, learner_path, run_dir)
     env = child_env(learner_path=learner_path, prov_site=site, unilab_root=unilab_root,
                     overlay=args.overlay, timings=timings, provenance_dir=prov_dir)
+    if args.cpu_smoke:
+        env.update(CUDA_VISIBLE_DEVICES="", UNISIM_MJWARP_ALLOW_CPU="1")
     command = [sys.executable, "-m", "flashsac_bench_hook",
                str(unilab_root / bench_env.TRAIN_SCRIPT_REL), *hydra_overrides(args, logs)]
     print("$ " + shlex.join(command), flush=True)
@@ -440,12 +495,13 @@ def run(args: argparse.Namespace) -> int:
     meta, rows_all, end = read_timings(timings)
     provenance = read_provenance(prov_dir)
     run_config = _load_json(logs / "run_config.json")
+    collector = collector_record(args.collector, meta, _load_json(logs / "run_summary.json"))
     pins = bench_env.PINS
     versions = meta.get("package_versions") or {}
     flashsac_source = meta.get("flashsac_source")
     ok_source = source_matches(source, learner_path, flashsac_source, args.overlay)
     status = "completed" if child.returncode == 0 and end.get("status") == "completed" else "failed"
-    if status == "completed" and not ok_source:
+    if status == "completed" and (not ok_source or collector["error"]):
         status = "failed"
     payload: dict[str, Any] = {
         "status": status,
@@ -464,6 +520,11 @@ def run(args: argparse.Namespace) -> int:
         "config": config_name,
         "config_label": config_label,
         "learner_source_kind": source,
+        # who stepped the env, as the trainer recorded it; host syncs and phases are over the summary window
+        "collector": collector["collector"],
+        "collector_requested": collector["collector_requested"],
+        "host_syncs_per_iteration": None,
+        "run_summary": collector["run_summary"],
         "iterations": args.iterations,
         "summary_last": args.summary_last,
         "training_config": training_config(args, run_config),
@@ -500,7 +561,7 @@ def run(args: argparse.Namespace) -> int:
         hook_error = end.get("error")
         if hook_error and hook_error.startswith("SystemExit") and cause:
             hook_error = f"{hook_error}: {cause}"  # Hydra turns the real exception into exit 1
-        payload["error"] = hook_error or cause or (
+        payload["error"] = collector["error"] or hook_error or cause or (
             f"trainer timed out after {args.timeout_s} s" if child.timed_out else
             f"trainer exited {child.returncode}" if child.returncode else
             f"uni_rl was imported from {flashsac_source}, not {payload['device']['flashsac_source_expected']}"
@@ -508,7 +569,8 @@ def run(args: argparse.Namespace) -> int:
         payload["output_tail"] = child.output_tail[-8000:]
     if rows_all:
         try:
-            payload.update(bench_stats.timing_report(rows_all, summary_last=args.summary_last, skip_first=args.skip_first))
+            payload.update(bench_stats.timing_report(rows_all, summary_last=args.summary_last,
+                                                     skip_first=args.skip_first, collector=payload["collector"]))
             tc = payload["training_config"]
             envs, ranks = tc.get("num_envs"), tc.get("ranks") or 1
             payload["env_steps_per_s"] = bench_stats.throughput(payload["wall_per_iter_ms"], envs=envs, ranks=ranks) if envs else None

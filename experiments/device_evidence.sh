@@ -18,6 +18,12 @@
 #           (16) cores with taskset, so two invocations never share a core; GPU0_PLAN and GPU1_PLAN are the
 #           make variables of each (e.g. 'SETTING=report SCHEDULES=2 CONFIGS=baseline-1.3.2,patched-default');
 #           GPUn_CHECKS=1 runs validate_numerics.py --mode gpu after that GPU's bench, on its cores. Run it alone.
+#   collectors  the collectors side by side: `make bench SIM=mujoco,mjwarp COLLECTOR=host,device` (CPU MuJoCo,
+#           host-env MJWarp and the device-resident collector on MJWarp, alternating) for COLLECTOR_CONFIGS
+#           (patched-default) at COLLECTOR_SETTINGS (report unilab-default; the report's at 2/1/1), ITERATIONS
+#           (1000), SUMMARY_LAST (500). COLLECTOR_GPUS (0): one GPU runs every setting in one invocation; one GPU
+#           per setting (e.g. "0 1" on nvidia-h200-x2) runs each setting's invocation on its own GPU and its own
+#           block of CORES_PER_GPU (16) cores, concurrently. Run it alone.
 #   sim2sim-train  issue 12 item 3b: seeds SEEDS (1 2 3 4 5) × physics (CPU MuJoCo, MJWarp) at the report's
 #           setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run dirs and
 #           checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
@@ -32,7 +38,8 @@
 # (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: device_evidence.sh checks|parity|ttr|bench|pinned|sim2sim-train|sim2sim-eval ..." >&2
+modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval'
+[ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
                   exit 2; }
 budget=${BUDGET_S:-540}
 work=/tmp/evidence
@@ -119,6 +126,27 @@ for mode in "$@"; do
             --output $work/validate_numerics_gpu.json; fi"
       done
       ;;
+    collectors)
+      collectors=$(python3 experiments/bench_configs.py list collectors) || exit 1
+      settings=(${COLLECTOR_SETTINGS:-report unilab-default}) gpus=(${COLLECTOR_GPUS:-0}) per=${CORES_PER_GPU:-16}
+      plan="SIM=mujoco,mjwarp COLLECTOR=$collectors CONFIGS=${COLLECTOR_CONFIGS:-patched-default} SCHEDULES=2 \
+        ITERATIONS=${ITERATIONS:-1000} SUMMARY_LAST=${SUMMARY_LAST:-500} TIMEOUT_S=${TIMEOUT_S:-300} NO_CHECKS=1"
+      if [ ${#gpus[@]} -eq 1 ]; then
+        all=$(IFS=,; echo "${settings[*]}")
+        # shellcheck disable=SC2086  # the plan is a list of make variables
+        on_gpu "${gpus[0]}" collectors bash experiments/device_bench.sh bench SETTING="$all" $plan \
+          BENCH_ARGS="--results-root $work/collectors"
+      elif [ ${#gpus[@]} -eq ${#settings[@]} ]; then
+        for index in "${!settings[@]}"; do
+          gpu=${gpus[$index]} setting=${settings[$index]} cores=$((index * per))-$((index * per + per - 1))
+          # shellcheck disable=SC2086
+          on_gpu "$gpu" "collectors-$setting" taskset -c "$cores" bash experiments/device_bench.sh bench \
+            SETTING="$setting" $plan BENCH_ARGS="--results-root $work/collectors-$setting"
+        done
+      else
+        echo "device_evidence.sh collectors: COLLECTOR_GPUS names one GPU or one per setting" >&2; exit 2
+      fi
+      ;;
     sim2sim-train)
       mkdir -p "$work/sim2sim-runs"
       for sim in mujoco mjwarp; do
@@ -150,7 +178,7 @@ for mode in "$@"; do
         index=$((index + 1))
       done
       ;;
-    *) echo "device_evidence.sh: unknown mode $mode (checks|parity|ttr|bench|pinned|sim2sim-train|sim2sim-eval)" >&2
+    *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2
        exit 2 ;;
   esac
 done

@@ -45,7 +45,8 @@ def physics_table(runs: Sequence[dict[str, Any]]) -> str:
     for run in runs:
         if run.get("status") != "completed":
             continue
-        config = str(run.get("config")) + bench_report.mps_suffix(run)  # runs under MPS pair among themselves
+        # runs of another collector or under MPS pair among themselves
+        config = str(run.get("config")) + bench_report.pairing_suffix(run)
         key = (config, bench_report._schedule(run))  # noqa: SLF001 - the report's own column
         by_key.setdefault(key, {}).setdefault(str(run.get("backend") or "mujoco"), []).append(run)
     lines = [

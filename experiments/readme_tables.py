@@ -2,7 +2,8 @@
 """README's result tables, generated from the committed run JSONs (never typed by hand).
 
 A block in README.md (or a results folder's README.md) is delimited by ``<!-- table:KIND:FOLDER -->`` and ``<!-- /table -->``, where KIND is a
-table of ``bench_report`` (``throughput``, ``timings``, ``pace``) or of ``mjwarp_report`` (``physics`` from run
+table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``) or of ``mjwarp_report``
+(``physics`` from run
 JSONs; ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs
 of several seeds per physics), ``parity`` (bench_parity) or
 ``ttr`` (time_to_reward) from a folder's run JSONs, and FOLDER a results folder
@@ -31,6 +32,7 @@ TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
     "throughput": bench_report.throughput_table,
     "timings": bench_report.summary_table,
     "pace": bench_report.pace_table,
+    "collectors": bench_report.collector_table,
     "physics": mjwarp_report.physics_table,
 }
 #: Tables made from a folder of study JSONs rather than bench runs.

@@ -18,10 +18,21 @@ file named by ``FLASHSAC_BENCH_TIMINGS``:
 
 * ``{"kind": "meta", ...}`` once, at the first logged iteration: torch/GPU, where
   ``uni_rl`` and ``unilab`` were imported from, distribution versions, the data-parallel
-  NCCL transport chosen (``dp_nccl_transport``; None for a single rank);
+  NCCL transport chosen (``dp_nccl_transport``; None for a single rank), the collector
+  the learner's runtime manifest names (``collector``; None: the host runners name none);
 * ``{"kind": "iteration", "step": ..., "learner_train_ms": ..., ...}`` per iteration;
 * ``{"kind": "end", ...}`` when the entry returns or raises: Dynamo compile-time
   counters and the sha256 of every ``uni_rl`` module the learner loaded.
+
+Both runners log through the same method: the host ``DoubleBufferOffPolicyRunner``, whose
+collector process reports its cycle phases, and the device-resident ``DeviceCollectorRunner``
+(``training.collector=device``), which steps the env in the learner's process and hands
+``log_step`` its own iteration split (``collector_timing_ms``: action sampling, env step, ...,
+learner), its collection time (``collector_wait_time``), its action sampling
+(``inference_time``) and its host syncs (``metrics["collector/host_syncs_per_iteration"]``).
+The logger derives no collector cycle from that split (its cycle is the host collector's
+phases), so for an in-process collector the hook takes the cycle from what the runner handed
+over: action sampling + collection, the part of the iteration that steps the env.
 
 This file must only import the standard library at module level: it is imported
 before the trainer, and must not change which ``uni_rl`` gets imported.
@@ -95,9 +106,20 @@ def _dp_nccl_transport() -> Any:
     return json.loads(raw) if raw else None
 
 
-def _meta_record() -> dict[str, Any]:
+#: The metric the device-resident runner logs its host syncs of an iteration under.
+HOST_SYNCS_METRIC = "collector/host_syncs_per_iteration"
+
+
+def _runtime_manifest(logger: Any) -> dict[str, Any]:
+    """The learner's runtime manifest as its logger holds it (the runner sets it before the first iteration)."""
+    manifest = getattr(logger, "_runtime_manifest", None)
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _meta_record(logger: Any) -> dict[str, Any]:
     """What the learner process really ran with, read inside that process."""
     record: dict[str, Any] = {"kind": "meta", "pid": os.getpid(), "executable": sys.executable}
+    record["collector"] = _runtime_manifest(logger).get("collector")
     uni_rl = sys.modules.get("uni_rl")
     unilab = sys.modules.get("unilab")
     record["flashsac_source"] = str(Path(uni_rl.__file__).parent) if uni_rl and uni_rl.__file__ else None
@@ -138,7 +160,12 @@ def _iteration_record(logger: Any, arguments: dict[str, Any]) -> dict[str, Any]:
         iter_ms = _optional_float(arguments.get("iteration_time"), 1000.0)
     cycle: Callable[[], float | None] | None = getattr(logger, "_get_collector_cycle_ms", None)
     collector_cycle_ms = _optional_float(cycle()) if cycle is not None else None
+    if collector_cycle_ms is None and _runtime_manifest(logger).get("collector_process") is False:
+        # In-process collector: the env-stepping part of its iteration, as its runner handed it over.
+        collected = [_optional_float(arguments.get(k), 1000.0) for k in ("inference_time", "collector_wait_time")]
+        collector_cycle_ms = None if None in collected else sum(v for v in collected if v is not None)
     collector_timing = getattr(logger, "_collector_timing", None)
+    metrics = arguments.get("metrics")
     return {
         "kind": "iteration",
         "step": int(arguments["iteration"]),
@@ -151,6 +178,7 @@ def _iteration_record(logger: Any, arguments: dict[str, Any]) -> dict[str, Any]:
         "replay_sample_ms": _optional_float(arguments.get("learner_replay_sample_time"), 1000.0),
         "inference_ms": _optional_float(arguments.get("inference_time"), 1000.0),
         "collector_timing_ms": dict(collector_timing) if isinstance(collector_timing, dict) else None,
+        "host_syncs": _optional_float(metrics.get(HOST_SYNCS_METRIC)) if isinstance(metrics, dict) else None,
         "wall_s": time.perf_counter() - _T0,
     }
 
@@ -177,7 +205,7 @@ def install() -> bool:
             bound.apply_defaults()
             assert _sink is not None
             if not _meta_written:
-                _sink.write(_meta_record())
+                _sink.write(_meta_record(self))
                 _meta_written = True
             _sink.write(_iteration_record(self, dict(bound.arguments)))
         except Exception as exc:  # never break training for a measurement

@@ -1,0 +1,236 @@
+"""The benchmark with the device-resident collector (``make bench COLLECTOR=host,device``), on the CPU.
+
+What a GPU call cannot be trusted to catch by itself, each with a control that must fail:
+
+- ``--collector device`` composes through the patched tree's Hydra config into ``training.collector=device``
+  on MJWarp, and the trainer's own resolver finds the task's device env for it (control: the same request on
+  CPU MuJoCo, which the trainer refuses too); the bench refuses it for CPU MuJoCo in one line, before CUDA is
+  looked for, in the single-run script and in ``make bench``'s driver;
+- the matrix alternates CPU MuJoCo, host-env MJWarp and device MJWarp at both settings;
+- a real short bench run of the device collector (UniLab's command line, MuJoCo Warp on Warp's CPU device, the
+  learner on the CPU, 16 envs) writes a run JSON that names the collector ``device-resident`` with its host syncs
+  and its iteration split, equal over all iterations to the trainer's own run_summary.json (control: without
+  the hook's in-process collection cycle the run's rows cannot be summarized);
+- the report keys rows on the recorded collector (control: the same runs without the field pool into one row).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import runnable_tree
+
+PROJECT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = PROJECT / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import bench_configs  # noqa: E402
+import bench_driver  # noqa: E402
+import bench_matrix  # noqa: E402
+import bench_report  # noqa: E402
+import bench_stats  # noqa: E402
+import benchmark_flashsac_training as single  # noqa: E402
+import mjwarp_report  # noqa: E402
+
+SINGLE = EXPERIMENTS / "benchmark_flashsac_training.py"
+#: A committed host-collector MJWarp run at the report's setting (2/1/1) and its CPU MuJoCo pair.
+HOST_RUNS = PROJECT / "results" / "h200-2026-12-01-s8" / "bench" / "runs"
+#: 16 envs, batch 32, learning_starts 2, 2/1/1: the first iteration serves 3 ticks, the others 1.
+TINY = ("--num-envs", "16", "--batch-size", "32", "--replay-buffer-n", "8", "--learning-starts", "2",
+        "--updates-per-step", "2", "--policy-frequency", "2", "--iterations", "8", "--summary-last", "5")
+RESOLVE = """
+import sys
+from hydra import compose, initialize_config_dir
+from unilab.scripts.train_offpolicy import resolve_device_env_factory
+with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
+    cfg = compose("config", overrides=sys.argv[2:])
+try:
+    factory = resolve_device_env_factory("flashsac", cfg)
+    found = None if factory is None else f"{factory.__module__}:{factory.__name__}"
+except ValueError as exc:
+    found = f"refused: {exc}"
+print(cfg.training.collector, cfg.training.sim_backend, cfg.algo.num_envs, found)
+"""
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, Path]) -> tuple[Path, Path]:
+    checkout, overlay = applied_session
+    return runnable_tree(checkout, tmp_path_factory.mktemp("bench-collectors") / "tree"), overlay
+
+
+def _resolve(tree: tuple[Path, Path], overrides: list[str]) -> list[str]:
+    """What the patched tree's Hydra config and the trainer's own device env resolver make of ``overrides``."""
+    root, overlay = tree
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", RESOLVE, str(root / "src/unilab/conf/flashsac"),
+                           *overrides], cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1].split(" ", 3)
+
+
+def _overrides(*argv: str) -> list[str]:
+    """The single-run script's Hydra command line, without the run's log folder."""
+    args = single.parse_args(["--unilab-root", "/x", "--setting", "report", "--config", "patched-default", *argv])
+    return [o for o in single.hydra_overrides(args, Path("/logs")) if not o.startswith("training.log_dir=")]
+
+
+def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_env(tree: tuple[Path, Path]) -> None:
+    overrides = _overrides("--backend", "mjwarp", "--collector", "device")
+    assert "training.collector=device" in overrides and "task=g1_walk_flat/mjwarp" in overrides
+    assert _resolve(tree, overrides) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
+    # The host collector adds no override (a pristine tree has no key): the tree's default, no device env.
+    host = _overrides("--backend", "mjwarp")
+    assert not [o for o in host if o.startswith(bench_configs.COLLECTOR_KEY)]
+    assert _resolve(tree, host) == ["host", "mjwarp", "256", "None"]
+    # Control: the device collector forced onto CPU MuJoCo is refused by the trainer as by the bench.
+    forced = [*_overrides("--backend", "mujoco"), "training.collector=device"]
+    collector, sim, _, found = _resolve(tree, forced)
+    assert (collector, sim) == ("device", "mujoco") and found.startswith("refused: training.collector=device")
+
+
+def _one_line_refusal(proc: subprocess.CompletedProcess, prog: str) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and proc.stdout == "", proc.stderr
+    assert lines[0].startswith(f"{prog}: error: ")
+    return lines[0]
+
+
+def test_device_collector_on_cpu_mujoco_is_refused_in_one_line_before_cuda(tmp_path: Path) -> None:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, str(SINGLE), "--backend", "mujoco", "--collector", "device",
+                           "--output", str(out)], env=env, capture_output=True, text=True, timeout=120)
+    line = _one_line_refusal(proc, "benchmark_flashsac_training")
+    assert "runs on mjwarp only" in line and "not on mujoco" in line and not out.exists()
+    proc = subprocess.run([sys.executable, str(EXPERIMENTS / "bench_matrix.py"), "--sims", "mujoco", "--collectors",
+                           "device", "--configs", "patched-default", "--results-root", str(tmp_path / "results")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert "COLLECTOR=device has no run with SIM=mujoco" in _one_line_refusal(proc, "bench_matrix")
+    assert not (tmp_path / "results").exists()
+    # The same request with MJWarp passes the refusal and reaches the CUDA check (this machine has none).
+    proc = subprocess.run([sys.executable, str(SINGLE), "--backend", "mjwarp", "--collector", "device",
+                           "--output", str(out)], env=env, capture_output=True, text=True, timeout=120)
+    assert "CUDA is required" in _one_line_refusal(proc, "benchmark_flashsac_training")
+    # The references have the host collector only, and a CPU smoke run of the host collector is refused.
+    assert "only the host collector" in str(bench_configs.refusal("baseline-1.3.2", "mujoco", "device"))
+    with pytest.raises(single.BenchSetupError, match="--cpu-smoke runs the device collector only"):
+        single.require_runnable(single.parse_args(["--backend", "mjwarp", "--cpu-smoke"]))
+
+
+def test_matrix_alternates_cpu_mujoco_host_mjwarp_and_device_mjwarp_at_both_settings() -> None:
+    specs = bench_matrix.plan(["upstream-1.4.0", "patched-default"], ["report", "unilab-default"], repeats=1,
+                              schedules=[2], sims=["mujoco", "mjwarp"], collectors=["host", "device"])
+    one_setting = [("upstream-1.4.0", "mujoco", "host"), ("patched-default", "mujoco", "host"),
+                   ("patched-default", "mjwarp", "host"), ("patched-default", "mjwarp", "device")]
+    assert [(s.config, s.sim, s.collector) for s in specs] == one_setting * 2
+    assert [(s.setting, s.updates_per_step) for s in specs] == [("report", 2)] * 4 + [("unilab-default", None)] * 4
+    argv = bench_driver.single_run_argv(specs[3], common=[], output=Path("/o.json"), run_dir=Path("/r"))
+    assert argv[argv.index("--collector") + 1] == "device" and argv[argv.index("--backend") + 1] == "mjwarp"
+    assert bench_matrix.unplannable(["patched-default"], ["mujoco", "mjwarp"], ["host", "device"]) is None
+    assert "unknown collector" in str(bench_matrix.unplannable(["patched-default"], ["mjwarp"], ["gpu"]))
+    lists = subprocess.run([sys.executable, str(EXPERIMENTS / "bench_configs.py"), "list", "collectors"],
+                           capture_output=True, text=True, check=True)
+    assert lists.stdout.strip() == "host,device"
+
+
+def test_the_trainer_records_name_the_collector_and_a_mismatch_fails_the_run() -> None:
+    summary = {"collector": "device-resident", "host_syncs_per_iteration": 3.0, "collector_phases_ms": {}}
+    assert single.collector_record("device", {"collector": "device-resident"}, summary)["error"] is None
+    host = single.collector_record("host", {"collector": None, "pid": 1}, {"status": "completed"})
+    assert (host["collector"], host["run_summary"], host["error"]) == ("host", None, None)
+    assert single.collector_record("host", {}, None)["collector"] == "host"  # logged nothing: as asked
+    # Control: asked for the device collector, the learner's manifest names none (the host runner ran).
+    wrong = single.collector_record("device", {"collector": None, "pid": 1}, None)
+    assert wrong["collector"] == "host" and "asked for the device-resident collector" in str(wrong["error"])
+
+
+@pytest.fixture(scope="module")
+def device_run(tree: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One real bench run of the device collector: the single-run script, UniLab's command line, Warp's CPU."""
+    root, overlay = tree
+    out = tmp_path_factory.mktemp("device-run")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FLASHSAC_PROVENANCE_DIR")}
+    proc = subprocess.run([sys.executable, str(SINGLE), "--unilab-root", str(root), "--overlay", str(overlay),
+                           "--backend", "mjwarp", "--collector", "device", "--cpu-smoke", *TINY, "--live-panel",
+                           "never", "--output", str(out / "run.json"), "--run-dir", str(out / "run")],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    run = json.loads((out / "run.json").read_text())
+    run["_summary_file"] = str(out / "run" / "train" / "run_summary.json")
+    return run
+
+
+def test_a_real_device_bench_run_records_collector_host_syncs_and_phases(device_run: dict) -> None:
+    run, rows_all = device_run, device_run["rows_all"]
+    assert run["status"] == "completed" and run["backend"] == "mjwarp" and run["device"]["cuda"] is False
+    assert run["collector"] == run["collector_requested"] == "device-resident"
+    assert run["training_config"]["algo_params"] is not None and len(rows_all) == 8 and run["num_samples"] == 5
+    trainer = json.loads(Path(run["_summary_file"]).read_text())
+    whole = ("collector", "host_syncs_per_iteration", "collector_phases_ms")
+    assert run["run_summary"] == {k: trainer[k] for k in whole}
+    # Over all iterations, the hook's rows give the trainer's own whole-run figures.
+    assert statistics.fmean(r["host_syncs"] for r in rows_all) == pytest.approx(trainer["host_syncs_per_iteration"])
+    for phase, mean in trainer["collector_phases_ms"].items():
+        assert statistics.fmean(r["collector_timing_ms"][f"{phase}_ms"] for r in rows_all) == pytest.approx(mean)
+    # Over the summary window: the run JSON's figures; after the first iteration, one tick per iteration.
+    window = run["rows"]
+    assert run["host_syncs_per_iteration"] == pytest.approx(statistics.fmean(r["host_syncs"] for r in window))
+    assert rows_all[0]["host_syncs"] > run["host_syncs_per_iteration"] >= 3.0
+    phases = set(run["collector_phases_ms"])
+    assert phases == set(bench_stats.DEVICE_COLLECTOR_PHASES) == set(trainer["collector_phases_ms"])
+    assert all(v is not None and v >= 0.0 for v in run["collector_phases_ms"].values())
+    assert run["collector_phases_ms"]["learner"] == pytest.approx(run["learner_train_ms"]["mean_ms"])
+    collection = ("action_sampling_ms", "env_step_ms", "replay_write_ms", "episode_stats_ms")
+    for row in window:
+        assert row["collector_cycle_ms"] == pytest.approx(sum(row["collector_timing_ms"][k] for k in collection))
+    # Control: without the hook's in-process cycle (the logger derives none for this collector) the rows
+    # cannot be summarized, and the bench would have recorded the run as failed.
+    with pytest.raises(ValueError, match="no timing samples"):
+        bench_stats.timing_report([{**r, "collector_cycle_ms": None} for r in rows_all], summary_last=5)
+
+
+def _rows(table: str, needle: str) -> list[str]:
+    return [line for line in table.splitlines()[2:] if needle in line]
+
+
+def test_the_report_keeps_collectors_apart(device_run: dict) -> None:
+    """A committed host-collector MJWarp run and the real device run in one column (test input: the device run,
+    made at 16 envs, is put in the report's 2/1/1 column; its figures are its own)."""
+    host = [bench_report.read_run(p) for p in sorted(HOST_RUNS.glob("r-0[12]-*.json.gz"))]
+    assert [(r["backend"], r["setting"], r["training_config"]["schedule"]) for r in host] == [
+        ("mujoco", "report", "2/1/1"), ("mjwarp", "report", "2/1/1")]
+    device = copy.deepcopy(device_run)
+    device.update(setting="report", config="patched-default", _file="device.json")
+    runs = [*host, device]
+    assert {bench_report.run_key(r) for r in runs} == {
+        "patched-default", "patched-default @mjwarp", "patched-default @mjwarp @device-resident"}
+    table = bench_report.collector_table(runs)
+    (device_row,) = _rows(table, "| device-resident |")
+    cells = [c.strip() for c in device_row.split("|")[1:-1]]
+    assert cells[2:5] == ["MuJoCo Warp (GPU)", "device-resident", "1"]
+    assert cells[8] == f"{device['host_syncs_per_iteration']:.2f}"
+    ratio = host[1]["wall_per_iter_ms"]["mean_ms"] / device["wall_per_iter_ms"]["mean_ms"]
+    assert cells[-1] == f"{ratio:.2f}×"
+    (host_row,) = _rows(table, "| MuJoCo Warp (GPU) | host |")
+    assert host_row.split("|")[9].strip() == "–"  # the host path counts no host syncs
+    throughput = bench_report.throughput_table(runs)
+    assert len(_rows(throughput, "MuJoCo Warp GPU physics")) == 2
+    assert len(_rows(throughput, "device-resident collector")) == 1
+    physics = mjwarp_report.physics_table(runs)
+    assert [line.split("|")[4].strip() for line in _rows(physics, "MuJoCo Warp (GPU)")] == ["1"]
+    # Control: the same runs without the collector field pool into one MJWarp row.
+    for run in runs:
+        run.pop("collector", None)
+    assert len(_rows(bench_report.throughput_table(runs), "MuJoCo Warp GPU physics")) == 1
+    pooled = _rows(mjwarp_report.physics_table(runs), "MuJoCo Warp (GPU)")
+    assert [line.split("|")[4].strip() for line in pooled] == ["2"]
+    assert len(_rows(bench_report.collector_table(runs), "MuJoCo Warp (GPU)")) == 1
