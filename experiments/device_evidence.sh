@@ -23,7 +23,8 @@
 #           (patched-default) at COLLECTOR_SETTINGS (report unilab-default; the report's at 2/1/1), ITERATIONS
 #           (1000), SUMMARY_LAST (500). COLLECTOR_GPUS (0): one GPU runs every setting in one invocation; one GPU
 #           per setting (e.g. "0 1" on nvidia-h200-x2) runs each setting's invocation on its own GPU and its own
-#           block of CORES_PER_GPU (16) cores, concurrently. Run it alone.
+#           block of CORES_PER_GPU (16) cores, concurrently. COLLECTOR_SIMS (mujoco,mjwarp) and SCHEDULES (2)
+#           trim a call that must fit the device's time limit. Run it alone.
 #   sim2sim-train  issue 12 item 3b: seeds SEEDS (1 2 3 4 5) × physics (CPU MuJoCo, MJWarp) at the report's
 #           setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run dirs and
 #           checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
@@ -129,7 +130,8 @@ for mode in "$@"; do
     collectors)
       collectors=$(python3 experiments/bench_configs.py list collectors) || exit 1
       settings=(${COLLECTOR_SETTINGS:-report unilab-default}) gpus=(${COLLECTOR_GPUS:-0}) per=${CORES_PER_GPU:-16}
-      plan="SIM=mujoco,mjwarp COLLECTOR=$collectors CONFIGS=${COLLECTOR_CONFIGS:-patched-default} SCHEDULES=2 \
+      plan="SIM=${COLLECTOR_SIMS:-mujoco,mjwarp} COLLECTOR=$collectors CONFIGS=${COLLECTOR_CONFIGS:-patched-default} \
+        SCHEDULES=${SCHEDULES:-2} \
         ITERATIONS=${ITERATIONS:-1000} SUMMARY_LAST=${SUMMARY_LAST:-500} TIMEOUT_S=${TIMEOUT_S:-300} NO_CHECKS=1"
       if [ ${#gpus[@]} -eq 1 ]; then
         all=$(IFS=,; echo "${settings[*]}")
