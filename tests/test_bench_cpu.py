@@ -603,7 +603,7 @@ def test_physics_alternate_with_the_configurations_and_references_stay_on_cpu_mu
 def test_mjwarp_runs_get_their_own_rows_and_the_physics_table_sets_them_side_by_side() -> None:
     import mjwarp_report
 
-    runs = bench_report.load_runs(PROJECT / "results" / "h200-2026-12-01-s5" / "bench")
+    runs = bench_report.load_runs(PROJECT / "results" / "2026-12-01-h200-mjwarp" / "bench")
     rows = {bench_report.run_key(r) for r in runs}
     assert {"patched-default", "patched-default @mjwarp"} <= rows
     table = mjwarp_report.physics_table(runs)
@@ -620,7 +620,7 @@ def test_mjwarp_runs_get_their_own_rows_and_the_physics_table_sets_them_side_by_
 
 
 def test_runs_under_cuda_mps_get_their_own_row() -> None:
-    runs = bench_report.load_runs(PROJECT / "results" / "h200-2026-12-01-s8" / "bench-mps")
+    runs = bench_report.load_runs(PROJECT / "results" / "2026-12-01-h200-mjwarp-mps-sim2sim" / "bench-mps")
     assert sorted(r["device"]["cuda_mps"] for r in runs) == ["off", "on"]
     table = bench_report.throughput_table(runs)
     rows = [line for line in table.splitlines() if "MuJoCo Warp GPU physics" in line]

@@ -22,7 +22,7 @@ import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
 import parity_stats  # noqa: E402
 
-OLD_PARITY = PROJECT / "results" / "h200-2026-11-30-s3" / "parity"
+OLD_PARITY = PROJECT / "results" / "2026-11-30-h200x2-graphed-inference" / "parity"
 #: Student-t 0.95 quantiles (standard tables).
 T95 = {4: 2.131847, 5: 2.015048, 8: 1.859548, 12: 1.782288, 30: 1.697261}
 
@@ -124,7 +124,7 @@ def runnable_tree_config(pristine_template: Path) -> dict:
 
 import time_to_reward  # noqa: E402
 
-SESSION6 = PROJECT / "results" / "h200-2026-12-01-s6"
+SESSION6 = PROJECT / "results" / "2026-12-01-h200-parity-ttr"
 
 
 def test_crossing_uses_the_trailing_mean_and_the_runs_own_clock() -> None:
