@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU evidence of the issues, on the lent two-GPU machine (nvidia-h200-x2), in one device call:
+# The GPU evidence that docs/ and results/ cite, on the lent two-GPU machine (nvidia-h200-x2), in one device call:
 # `device_evidence.sh MODE...` runs the given modes concurrently. The device returns at most 8 files, so
 # everything lands in /tmp/evidence/ and is packed into $OUT/evidence.tgz on exit; each part stops at
 # BUDGET_S (default 540 s) so the packing happens inside the call's 600 s limit, and every finished run is
@@ -18,7 +18,7 @@
 #           (16) cores with taskset, so two invocations never share a core; GPU0_PLAN and GPU1_PLAN are the
 #           make variables of each (e.g. 'SETTING=report SCHEDULES=2 CONFIGS=baseline-1.3.2,patched-default');
 #           GPUn_CHECKS=1 runs validate_numerics.py --mode gpu after that GPU's bench, on its cores. Run it alone.
-#   sim2sim-train  issue 12 item 3b: seeds SEEDS (1 2 3 4 5) × physics (CPU MuJoCo, MJWarp) at the report's
+#   sim2sim-train  sim-to-sim training: seeds SEEDS (1 2 3 4 5) × physics (CPU MuJoCo, MJWarp) at the report's
 #           setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run dirs and
 #           checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
 #   sim2sim-eval   a later call on the same (warm) machine: each checkpoint of $SIM2SIM_DIR evaluated on CPU
