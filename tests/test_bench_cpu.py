@@ -523,6 +523,23 @@ def test_readme_tables_are_generated_from_the_committed_runs() -> None:
     assert readme_tables.regenerate(changed) == text
 
 
+def test_headline_keeps_the_builds_a_user_picks_and_marks_mps() -> None:
+    """The front page's rows: 1.3.2, 1.4.0 and the patched default only; MPS runs are their own row; each row names
+    its evidence folder. Control: a run that did not complete is left out."""
+    import headline_table
+
+    folder = "results/2026-12-01-h200-mjwarp-mps-sim2sim/bench-mps"
+    runs = [{**run, "_folder": folder} for run in bench_report.load_runs(PROJECT / folder)]
+    pinned = {**runs[0], "config": "collector-pinned", "status": "completed"}
+    table = headline_table.headline_table([*runs, pinned])
+    assert "collector pinned" not in table and len(table.split("\n\n")[0].splitlines()) == 2 + 2
+    assert "| MuJoCo Warp (GPU), CUDA MPS | 1 | 38.0 | 107662 |" in table
+    assert "| MuJoCo Warp (GPU) | 1 | " in table and "| 91133 |" in table
+    assert "| 2026-12-01-h200-mjwarp-mps-sim2sim |" in table
+    failed = [{**run, "status": "failed"} if bench_report.mps_suffix(run) else run for run in runs]
+    assert "CUDA MPS" not in headline_table.headline_table(failed)
+
+
 def test_committed_runs_with_legacy_names_read_as_the_table_names_them(tmp_path: Path) -> None:
     """Runs recorded before the whole-cycle graph had one name say ``iteration-graph``: they group and sort
     under the table's name; the command lines take the legacy name too. Control: an unknown name stays unknown."""
