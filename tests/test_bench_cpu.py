@@ -505,17 +505,29 @@ def test_throughput_table_reads_wall_and_phases_per_setting() -> None:
     assert rows[("patched defaults (tree config)", "unilab-default 2/1/1")][15] == "–"  # no 1.3.2 run at that setting
 
 
-# ------------------------------------------------------------------ README tables come from results/
+# ------------------------------------------------------------------ README and docs tables come from results/
+
+#: Pages whose tables are generated: the front page's headline and the docs pages the tables moved to.
+TABLE_PAGES = ("README.md", "docs/benchmark.md", "docs/collector.md")
+
 
 def test_readme_tables_are_generated_from_the_committed_runs() -> None:
     import readme_tables
 
-    for doc in readme_tables.documents():
+    documents = readme_tables.documents()
+    assert {PROJECT / page for page in TABLE_PAGES} <= set(documents)
+    for doc in documents:
         assert readme_tables.stale_blocks(doc.read_text(encoding="utf-8")) == [], doc
-    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("page", TABLE_PAGES)
+def test_a_changed_figure_in_a_page_is_caught(page: str) -> None:
+    """Negative control per page: one changed figure in its first block is caught, and regenerating restores it."""
+    import readme_tables
+
+    text = (PROJECT / page).read_text(encoding="utf-8")
     blocks = list(readme_tables.BLOCK.finditer(text))
-    assert blocks, "README.md has no generated table block"
-    # Negative control: one changed figure in one block is caught, and regenerating restores it.
+    assert blocks, f"{page} has no generated table block"
     body = blocks[0]["body"]
     digit = next(i for i, ch in enumerate(body) if ch.isdigit())
     changed = text.replace(body, body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1:], 1)
