@@ -66,9 +66,9 @@ def test_a_dropped_citation_makes_the_index_stale(project: Path) -> None:
 
 
 def test_a_misnamed_folder_is_refused(project: Path) -> None:
-    (project / "results" / "h200-2026-12-01-s9").mkdir()
+    (project / "results" / "h200-latest").mkdir()
     with pytest.raises(ValueError, match="not named <date>-<machine>-<study>"):
         results_index.render(project)
-    (project / "results" / "h200-2026-12-01-s9").rename(project / "results" / "2026-12-01-a100-bench")
+    (project / "results" / "h200-latest").rename(project / "results" / "2026-12-01-a100-bench")
     with pytest.raises(ValueError, match="unknown machine 'a100'"):
         results_index.render(project)
