@@ -1,7 +1,7 @@
 # FlashSAC patch-set overlay. `make apply` and `make test` do everything on a fresh machine.
 # Variables: UNILAB=<checkout> (default: embedded tree from the pinned sdist), PYTHON=<UniLab interpreter>,
 #            ALLOW_DRIFT=1, ALLOW_OTHER_COMMIT=1, FORCE=1 (revert over your edits, saved byte for byte first).
-# Offline GPU host (README "Offline GPU host"): `make wheelhouse [WHEELHOUSE=wheelhouse] [PYTHON_VERSION=3.12]
+# Offline GPU host (docs/offline-host.md): `make wheelhouse [WHEELHOUSE=wheelhouse] [PYTHON_VERSION=3.12]
 #            [ASSETS=<.tar.xz|folder>]` on a networked machine; there, any target with OFFLINE=<wheelhouse>
 #            [OFFLINE_SITE=work/offline-site] runs on python3 with the verified wheelhouse instead of the venv.
 #            WHEEL_LIST=<file>: another list than scripts/offline/gpu-host-wheels.txt (e.g. without the 163 MB
@@ -71,7 +71,7 @@ provenance: setup
 manifest: setup
 	$(PATCHSET) manifest
 
-# On a networked machine: everything an offline GPU host needs (README "Offline GPU host").
+# On a networked machine: everything an offline GPU host needs (docs/offline-host.md).
 wheelhouse: setup
 	$(OFFLINE_TOOL) build "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" $(if $(ASSETS),--assets "$(ASSETS)") \
 	  $(if $(WHEEL_LIST),--wheel-list "$(WHEEL_LIST)")

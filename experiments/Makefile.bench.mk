@@ -9,8 +9,8 @@
 #   make bench-report DIR=results/<machine>-<date>     (rebuild summary.md + timings.png from the JSON)
 #
 # Needs CUDA (exits with one error line otherwise). No dependency on `setup`: a GPU host brings its own
-# interpreter (PYTHON=...). On a host without network: `make bench OFFLINE=<wheelhouse>` (README "Offline GPU
-# host") verifies and installs the wheelhouse first, then runs on python3 with its wheels and G1 assets.
+# interpreter (PYTHON=...). On a host without network: `make bench OFFLINE=<wheelhouse>` (docs/offline-host.md)
+# verifies and installs the wheelhouse first, then runs on python3 with its wheels and G1 assets.
 # CHECK_NUMERICS / CHECK_REPLAY: commands run first on the same machine; their `passed` flags go in every run JSON.
 # CHECKS_JSON: the results of those checks run earlier on this machine (experiments/device_evidence.sh), embedded instead.
 

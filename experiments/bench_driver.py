@@ -106,8 +106,8 @@ def prepare_pristine_tree(sdist: Path | None = None) -> Path:
 def inductor_cache_empty() -> bool:
     """Whether Inductor's on-disk cache is empty: the first run then pays a cold compile.
 
-    The issue asks whether the first run on a fresh machine completed; this records
-    whether it really was cold.
+    A user's first run on a fresh machine pays the cold compile; this records whether a run
+    really was cold, so its start-up time is read as such.
     """
     configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     try:

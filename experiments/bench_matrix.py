@@ -30,7 +30,7 @@ from bench_env import BenchSetupError  # noqa: E402
 PROG = "bench_matrix"
 #: QUICK=1: a smoke run that exercises every configuration, not a measurement.
 QUICK = {"iterations": 60, "summary_last": 30}
-#: The reference setting of the issue: 1000 iterations, statistics over the last 500.
+#: The reference setting of the original report: 1000 iterations, statistics over the last 500.
 FULL = {"iterations": 1000, "summary_last": 500}
 
 

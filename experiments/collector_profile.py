@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Step the real G1 Walk Flat MuJoCo env on the CPU with a fixed seeded action sequence (issue 11, items 2-4).
+"""Step the real G1 Walk Flat MuJoCo env on the CPU with a fixed seeded action sequence.
 
 The env is built the way the FlashSAC collector builds it: Hydra composes the tree's
 `conf/flashsac/config.yaml` (task `g1_walk_flat/mujoco`), `build_offpolicy_env_cfg_override` turns it into the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs `make bench` (or another make target) on the lent GPU machine, which has python3.12 + torch but no
-# network, as `make <target> OFFLINE=$WHEELHOUSE` (README "Offline GPU host"): the wheelhouse's sha256s are
+# network, as `make <target> OFFLINE=$WHEELHOUSE` (docs/offline-host.md): the wheelhouse's sha256s are
 # verified, its wheels installed into $OFFLINE_SITE (once per machine), its G1 assets seeded; results are written
 # straight under $OUT/results (so a run cut off by the device's time limit still brings back every finished run).
 # Prepare here: `make apply`; `make wheelhouse WHEELHOUSE=.whl` (git-ignored; ASSETS=<.tar.xz> where Hugging

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU evidence of the issues, on the lent two-GPU machine (nvidia-h200-x2), in one device call:
+# The GPU evidence that docs/ and results/ cite, on the lent two-GPU machine (nvidia-h200-x2), in one device call:
 # `device_evidence.sh MODE...` runs the given modes concurrently. The device returns at most 8 files, so
 # everything lands in /tmp/evidence/ and is packed into $OUT/evidence.tgz on exit; each part stops at
 # BUDGET_S (default 540 s) so the packing happens inside the call's 600 s limit, and every finished run is
@@ -23,9 +23,9 @@
 #           (patched-default) at COLLECTOR_SETTINGS (report unilab-default; the report's at 2/1/1), ITERATIONS
 #           (1000), SUMMARY_LAST (500). COLLECTOR_GPUS (0): one GPU runs every setting in one invocation; one GPU
 #           per setting (e.g. "0 1" on nvidia-h200-x2) runs each setting's invocation on its own GPU and its own
-#           block of CORES_PER_GPU (16) cores, concurrently. COLLECTOR_SIMS (mujoco,mjwarp) and SCHEDULES (2)
+#           block of CORES_PER_GPU (16) cores, concurrently. COLLECTOR_SIMS (mujoco,mjwarp) and SCHEDULES (2: the 2/1/1 schedule)
 #           trim a call that must fit the device's time limit. Run it alone.
-#   sim2sim-train  issue 12 item 3b: seeds SEEDS (1 2 3 4 5) × physics (CPU MuJoCo, MJWarp) at the report's
+#   sim2sim-train  sim-to-sim training: seeds SEEDS (1 2 3 4 5) × physics (CPU MuJoCo, MJWarp) at the report's
 #           setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run dirs and
 #           checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
 #   sim2sim-eval   a later call on the same (warm) machine: each checkpoint of $SIM2SIM_DIR evaluated on CPU

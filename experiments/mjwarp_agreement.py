@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One-step agreement of MuJoCo Warp with CPU MuJoCo on identical G1 states and controls (issue 12, item 3a).
+"""One-step agreement of MuJoCo Warp with CPU MuJoCo on identical G1 states and controls.
 
 MJWarp is another implementation of the same MJCF physics (float32, its own contact and solver kernels), so a
 run on it is not bitwise equal to CPU MuJoCo; what must hold is that one control step from the same state with

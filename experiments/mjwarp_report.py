@@ -1,4 +1,4 @@
-"""Markdown tables of the GPU-physics evidence (issue 12), generated from committed result files.
+"""Markdown tables of the GPU-physics evidence, generated from committed result files.
 
 Four tables, registered in ``readme_tables`` so README blocks are regenerated and checked like the bench's:
 ``physics`` (bench runs: the same configuration on CPU MuJoCo and on MuJoCo Warp, side by side, with the

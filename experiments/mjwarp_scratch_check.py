@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does the row-wise reset's scratch forward read each reset row's own per-world model values? (issue 12)
+"""Does the row-wise reset's scratch forward read each reset row's own per-world model values?
 
 unisim patch 0003 runs the reset-time forward of ``k`` reset rows in a scratch ``Data`` of ``capacity`` worlds
 over a scratch ``Model`` whose per-world fields are gathered from the main model at the reset rows. This check

@@ -1,6 +1,6 @@
 """The learning-parity check's statistics: curve metrics per run, an equivalence test per candidate arm.
 
-Fixed before any parity run of issue 14 was made (and not to be tuned to its results):
+Fixed before any committed parity run was made (and not to be tuned to its results):
 
 * **Metrics per run** (one seed): ``auc``, the area under the reward curve per env step (every iteration
   collects the same number of env steps, so it is the mean of all logged rewards), and ``final``, the mean of

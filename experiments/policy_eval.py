@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sim-to-sim evaluation of a FlashSAC checkpoint on CPU MuJoCo (issue 12, item 3b).
+"""Sim-to-sim evaluation of a FlashSAC checkpoint on CPU MuJoCo.
 
 A policy trained on MuJoCo Warp must do on CPU MuJoCo what a policy trained on CPU MuJoCo does. This study
 runs one checkpoint's deterministic policy on the CPU MuJoCo G1 Walk Flat env (``g1_walk_flat/mujoco`` from

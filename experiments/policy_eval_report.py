@@ -161,7 +161,7 @@ training-seed spread); until then no difference or agreement between the MJWarp 
 claim about the simulators.""")
     return f"""# Sim-to-sim: MJWarp-trained vs MuJoCo-trained FlashSAC policies, evaluated on CPU MuJoCo
 
-Issue 12, item 3b: a policy trained on MuJoCo Warp, evaluated on CPU MuJoCo (UniLab's sim-to-sim evaluation),
+The claim under test: a policy trained on MuJoCo Warp, evaluated on CPU MuJoCo (UniLab's sim-to-sim evaluation),
 should reach a reward per env step within seed noise of a policy trained on CPU MuJoCo.
 {scope}
 

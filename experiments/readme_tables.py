@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""README's result tables, generated from the committed run JSONs (never typed by hand).
+"""The documents' result tables, generated from the committed run JSONs (never typed by hand).
 
-A block in README.md (or a results folder's README.md) is delimited by ``<!-- table:KIND:FOLDER -->`` and ``<!-- /table -->``, where KIND is a
-table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``) or of ``mjwarp_report``
-(``physics`` from run
-JSONs; ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs
-of several seeds per physics), ``parity`` (bench_parity) or
-``ttr`` (time_to_reward) from a folder's run JSONs, and FOLDER a results folder
-relative to the project root. ``python experiments/readme_tables.py`` rewrites every block of every such document from its folder;
-``--check`` exits 1, naming the first stale block, when a document and results disagree (the test suite runs it).
+A block in README.md, a docs/ page or a results folder's README.md is delimited by ``<!-- table:KIND:FOLDER -->``
+and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``), of
+``headline_table`` (``headline``, the front page's) or of ``mjwarp_report`` (``physics`` from run JSONs;
+``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
+seeds per physics), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, and FOLDER a
+results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
+headline's rows come from more than one study). ``python experiments/readme_tables.py`` rewrites every block of
+every such document from its folders; ``--check`` exits 1, naming the first stale block, when a document and
+results disagree (the test suite runs it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
+import headline_table  # noqa: E402
 import mjwarp_report  # noqa: E402
 import time_to_reward  # noqa: E402
 
@@ -33,6 +35,7 @@ TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
     "timings": bench_report.summary_table,
     "pace": bench_report.pace_table,
     "collectors": bench_report.collector_table,
+    "headline": headline_table.headline_table,
     "physics": mjwarp_report.physics_table,
 }
 #: Tables made from a folder of study JSONs rather than bench runs.
@@ -47,16 +50,20 @@ BLOCK = re.compile(r"(<!-- table:(?P<kind>[\w-]+):(?P<folder>[^ ]+) -->\n)(?P<bo
 
 
 def render(kind: str, folder: str, root: Path = PROJECT) -> str:
-    """The table's Markdown from the runs under ``root/folder``; a missing kind or folder is an error."""
+    """The table's Markdown from the runs under ``root/folder`` (``+``-joined folders pooled); a missing kind or
+    folder is an error."""
     if kind in FOLDER_TABLES:
         if not [*(root / folder).glob("*.json"), *(root / folder).glob("runs/*.json*")]:
             raise ValueError(f"no JSON in {folder}")
         return FOLDER_TABLES[kind](root / folder) + "\n"
     if kind not in TABLES:
         raise ValueError(f"unknown table kind {kind!r} (known: {', '.join([*TABLES, *FOLDER_TABLES])})")
-    runs = bench_report.load_runs(root / folder)
-    if not runs:
-        raise ValueError(f"no run JSON under {folder}")
+    runs = []
+    for part in folder.split("+"):
+        found = bench_report.load_runs(root / part)
+        if not found:
+            raise ValueError(f"no run JSON under {part}")
+        runs.extend({**run, "_folder": part} for run in found)
     return TABLES[kind](runs) + "\n"
 
 
@@ -71,8 +78,8 @@ def stale_blocks(text: str, root: Path = PROJECT) -> list[str]:
 
 
 def documents(root: Path = PROJECT) -> list[Path]:
-    """The project README and every results folder's README: where generated tables may live."""
-    return [root / "README.md", *sorted((root / "results").glob("*/README.md"))]
+    """The front page, every docs/ page and every results folder's README: where generated tables may live."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted((root / "results").glob("*/README.md"))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

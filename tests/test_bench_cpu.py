@@ -505,22 +505,51 @@ def test_throughput_table_reads_wall_and_phases_per_setting() -> None:
     assert rows[("patched defaults (tree config)", "unilab-default 2/1/1")][15] == "–"  # no 1.3.2 run at that setting
 
 
-# ------------------------------------------------------------------ README tables come from results/
+# ------------------------------------------------------------------ README and docs tables come from results/
+
+#: Pages whose tables are generated: the front page's headline and the docs pages the tables moved to.
+TABLE_PAGES = ("README.md", "docs/benchmark.md", "docs/collector.md")
+
 
 def test_readme_tables_are_generated_from_the_committed_runs() -> None:
     import readme_tables
 
-    for doc in readme_tables.documents():
+    documents = readme_tables.documents()
+    assert {PROJECT / page for page in TABLE_PAGES} <= set(documents)
+    for doc in documents:
         assert readme_tables.stale_blocks(doc.read_text(encoding="utf-8")) == [], doc
-    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("page", TABLE_PAGES)
+def test_a_changed_figure_in_a_page_is_caught(page: str) -> None:
+    """Negative control per page: one changed figure in its first block is caught, and regenerating restores it."""
+    import readme_tables
+
+    text = (PROJECT / page).read_text(encoding="utf-8")
     blocks = list(readme_tables.BLOCK.finditer(text))
-    assert blocks, "README.md has no generated table block"
-    # Negative control: one changed figure in one block is caught, and regenerating restores it.
+    assert blocks, f"{page} has no generated table block"
     body = blocks[0]["body"]
     digit = next(i for i, ch in enumerate(body) if ch.isdigit())
     changed = text.replace(body, body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1:], 1)
     assert readme_tables.stale_blocks(changed) == [f"{blocks[0]['kind']}:{blocks[0]['folder']}"]
     assert readme_tables.regenerate(changed) == text
+
+
+def test_headline_keeps_the_builds_a_user_picks_and_marks_mps() -> None:
+    """The front page's rows: 1.3.2, 1.4.0 and the patched default only; MPS runs are their own row; each row names
+    its evidence folder. Control: a run that did not complete is left out."""
+    import headline_table
+
+    folder = "results/2026-12-01-h200-mjwarp-mps-sim2sim/bench-mps"
+    runs = [{**run, "_folder": folder} for run in bench_report.load_runs(PROJECT / folder)]
+    pinned = {**runs[0], "config": "collector-pinned", "status": "completed"}
+    table = headline_table.headline_table([*runs, pinned])
+    assert "collector pinned" not in table and len(table.split("\n\n")[0].splitlines()) == 2 + 2
+    assert "| MuJoCo Warp (GPU), CUDA MPS | 1 | 38.0 | 107662 |" in table
+    assert "| MuJoCo Warp (GPU) | 1 | " in table and "| 91133 |" in table
+    assert "| 2026-12-01-h200-mjwarp-mps-sim2sim |" in table
+    failed = [{**run, "status": "failed"} if bench_report.mps_suffix(run) else run for run in runs]
+    assert "CUDA MPS" not in headline_table.headline_table(failed)
 
 
 def test_committed_runs_with_legacy_names_read_as_the_table_names_them(tmp_path: Path) -> None:
@@ -603,7 +632,7 @@ def test_physics_alternate_with_the_configurations_and_references_stay_on_cpu_mu
 def test_mjwarp_runs_get_their_own_rows_and_the_physics_table_sets_them_side_by_side() -> None:
     import mjwarp_report
 
-    runs = bench_report.load_runs(PROJECT / "results" / "h200-2026-12-01-s5" / "bench")
+    runs = bench_report.load_runs(PROJECT / "results" / "2026-12-01-h200-mjwarp" / "bench")
     rows = {bench_report.run_key(r) for r in runs}
     assert {"patched-default", "patched-default @mjwarp"} <= rows
     table = mjwarp_report.physics_table(runs)
@@ -620,7 +649,7 @@ def test_mjwarp_runs_get_their_own_rows_and_the_physics_table_sets_them_side_by_
 
 
 def test_runs_under_cuda_mps_get_their_own_row() -> None:
-    runs = bench_report.load_runs(PROJECT / "results" / "h200-2026-12-01-s8" / "bench-mps")
+    runs = bench_report.load_runs(PROJECT / "results" / "2026-12-01-h200-mjwarp-mps-sim2sim" / "bench-mps")
     assert sorted(r["device"]["cuda_mps"] for r in runs) == ["off", "on"]
     table = bench_report.throughput_table(runs)
     rows = [line for line in table.splitlines() if "MuJoCo Warp GPU physics" in line]

@@ -1,4 +1,4 @@
-"""The task stays the task (issue 11, item 4): the patched UniLab tree steps the G1 Walk Flat MuJoCo env exactly
+"""The task stays the task: the patched UniLab tree steps the G1 Walk Flat MuJoCo env exactly
 like the pristine pinned tree.
 
 Each side is a fresh subprocess of `experiments/collector_profile.py --mode trajectory` run from its own tree

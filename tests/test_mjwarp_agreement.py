@@ -1,4 +1,4 @@
-"""GPU physics learns the same task (issue 12, item 3a): one control step of MuJoCo Warp from identical G1 states
+"""GPU physics learns the same task: one control step of MuJoCo Warp from identical G1 states
 and actuator targets agrees with CPU MuJoCo (experiments/mjwarp_agreement.py; its docstring states the metric
 and the tolerance).
 

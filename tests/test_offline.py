@@ -31,7 +31,7 @@ from patchset.pins import load_pins  # noqa: E402
 ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.xz"  # test data, as CI has it
 HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 #: Files a user gets from the project: none may point at the lab's ../shared folder.
-SHIPPED = ("README.md", "Makefile", "requirements.txt", "VERSIONS.env", "experiments", "scripts", "overlay")
+SHIPPED = ("README.md", "docs", "Makefile", "requirements.txt", "VERSIONS.env", "experiments", "scripts", "overlay")
 UNREACHABLE = "http://127.0.0.1:9/simple"  # nothing listens on the discard port
 
 

@@ -1,6 +1,6 @@
-"""The learning-parity check (issue 14 part 1) can fail: its statistics, its negative control, its verdicts.
+"""The learning-parity check can fail: its statistics, its negative control, its verdicts.
 
-The committed 3-seed × 1000-iteration parity of session 3 is the realistic input: the old 2·SE rule passed a
+The committed 3-seed × 1000-iteration parity of 2026-11-30 is the realistic input: the old 2·SE rule passed a
 learner that learned nothing on it; the equivalence test must not.
 """
 
@@ -22,7 +22,7 @@ import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
 import parity_stats  # noqa: E402
 
-OLD_PARITY = PROJECT / "results" / "h200-2026-11-30-s3" / "parity"
+OLD_PARITY = PROJECT / "results" / "2026-11-30-h200x2-graphed-inference" / "parity"
 #: Student-t 0.95 quantiles (standard tables).
 T95 = {4: 2.131847, 5: 2.015048, 8: 1.859548, 12: 1.782288, 30: 1.697261}
 
@@ -73,7 +73,7 @@ def test_one_seed_fails() -> None:
 
 
 def test_committed_old_parity_no_longer_passes_a_learner_that_learned_nothing() -> None:
-    """Session 3's runs (3 seeds × 1000 iterations): a flat learner passed the 2·SE rule; it fails now."""
+    """The 2026-11-30 runs (3 seeds × 1000 iterations): a flat learner passed the 2·SE rule; it fails now."""
     runs = bench_report.load_runs(OLD_PARITY)
     baseline = [r for r in runs if r["config"] == "baseline-1.3.2"]
     assert len(baseline) == 3 and all(len(parity_stats.rewards_of(r)) > 900 for r in baseline)
@@ -120,11 +120,11 @@ def runnable_tree_config(pristine_template: Path) -> dict:
     return yaml.safe_load((pristine_template / "src/unilab/conf/flashsac/config.yaml").read_text())
 
 
-# ------------------------------------------------------------------ time to reward (issue 14 part 2)
+# ------------------------------------------------------------------ time to reward
 
 import time_to_reward  # noqa: E402
 
-SESSION6 = PROJECT / "results" / "h200-2026-12-01-s6"
+PARITY_TTR = PROJECT / "results" / "2026-12-01-h200-parity-ttr"
 
 
 def test_crossing_uses_the_trailing_mean_and_the_runs_own_clock() -> None:
@@ -137,8 +137,8 @@ def test_crossing_uses_the_trailing_mean_and_the_runs_own_clock() -> None:
 
 
 def test_committed_ttr_rows_come_from_the_runs() -> None:
-    threshold = time_to_reward.threshold_from_parity(SESSION6 / "parity")
-    runs = bench_report.load_runs(SESSION6 / "ttr")
+    threshold = time_to_reward.threshold_from_parity(PARITY_TTR / "parity")
+    runs = bench_report.load_runs(PARITY_TTR / "ttr")
     rows = {r["arm"]: r for r in time_to_reward.arm_rows(runs, threshold)}
     assert set(rows) == set(time_to_reward.ARMS) and all(r["cpus"] == 5 for r in rows.values())
     upstream = next(r for r in runs if r["config"] == "upstream-1.4.0")

@@ -1,4 +1,4 @@
-"""Sim-to-sim evaluation (issue 12, item 3b): experiments/policy_eval.py loads a FlashSAC checkpoint through UniLab's
+"""Sim-to-sim evaluation: experiments/policy_eval.py loads a FlashSAC checkpoint through UniLab's
 own play path and runs its deterministic policy on CPU MuJoCo G1 Walk Flat; policy_eval_report.py makes the
 results folder's README from the JSONs.
 
@@ -24,9 +24,9 @@ from conftest import PROJECT, runnable_tree
 
 HARNESS = PROJECT / "experiments" / "policy_eval.py"
 REPORT = PROJECT / "experiments" / "policy_eval_report.py"
-RESULTS = PROJECT / "results" / "mjwarp-sim2sim-2026-12-01"
-#: Item 3b's evidence: five training seeds a side, each final checkpoint evaluated on CPU MuJoCo.
-SEEDS_RESULTS = PROJECT / "results" / "h200-2026-12-01-s8" / "sim2sim" / "eval"
+RESULTS = PROJECT / "results" / "2026-12-01-cpu2-sim2sim-eval"
+#: The sim-to-sim evidence: five training seeds a side, each final checkpoint evaluated on CPU MuJoCo.
+SEEDS_RESULTS = PROJECT / "results" / "2026-12-01-h200-mjwarp-mps-sim2sim" / "sim2sim" / "eval"
 SMALL = ("--num-envs", "8", "--steps", "60")
 
 #: Builds and saves an untrained actor from the tree's config (run in the tree root, overlay on PYTHONPATH).

@@ -1,0 +1,105 @@
+"""The front page's one table: what a user feels end to end, per setting, build and physics.
+
+Registered in ``readme_tables`` as the ``headline`` kind, so the README's block is regenerated from, and checked
+against, committed run JSONs like every other table. A newcomer asks three things of a benchmark: how long an
+iteration takes, how many env steps a second that is, and how long until training starts; and on what machine,
+with which versions, it was measured. So each row carries its series sha256, GPU, usable cores and torch, and the
+packages follow the table, all read from the runs. Only the three builds a user chooses between are shown
+(unpatched 1.3.2, upstream 1.4.0, the patched default); the other configurations are in docs/benchmark.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import bench_configs
+import bench_report
+import mjwarp_report
+
+#: The builds a user chooses between, in table order.
+HEADLINE_CONFIGS = ("baseline-1.3.2", "upstream-1.4.0", "patched-default")
+#: Physics in table order: the task's own owner first.
+PHYSICS = ("mujoco", "mjwarp")
+#: Packages named under the table (``device.package_versions`` of the runs), in this order.
+PACKAGES = ("unilab", "unilab-rl", "unisim-core", "mujoco", "mujoco-warp", "warp-lang")
+
+Key = tuple[int, str, int, int, bool, str]
+
+
+def _envs(run: dict[str, Any]) -> int:
+    """Envs × ranks: the env steps one iteration collects, so rows of one setting and any rank count compare."""
+    return int(run["env_steps_per_s"]["envs"]) * int(run["env_steps_per_s"]["ranks"])
+
+
+def _key(run: dict[str, Any]) -> Key:
+    """(envs, schedule, build, physics, MPS on, series): one row, whichever folder its runs come from."""
+    schedule = str(run.get("training_config", {}).get("schedule") or "?")
+    return (_envs(run), schedule, HEADLINE_CONFIGS.index(str(run["config"])),
+            PHYSICS.index(str(run.get("backend") or "mujoco")),
+            bench_report.mps_suffix(run) != "", str(run.get("series_sha256") or "?")[:12])
+
+
+def _first_iteration(runs: Sequence[dict[str, Any]]) -> str:
+    """Seconds from launch to the first logged iteration: one value, or the range over the row's runs."""
+    starts = ((r.get("warmup") or {}).get("startup_to_first_iteration_s") for r in runs)
+    values = sorted(float(s) for s in starts if s is not None)
+    if not values:
+        return "not measured"
+    return f"{values[0]:.0f}" if round(values[0]) == round(values[-1]) else f"{values[0]:.0f}–{values[-1]:.0f}"
+
+
+def _machine(runs: Sequence[dict[str, Any]]) -> str:
+    """GPU, usable cores and torch as the runs record them (cores: ``cpus_usable``, absent in older runs, whose
+    folder name and README say what the host was)."""
+    device = runs[0].get("device") or {}
+    cores = sorted({int(r["cpus_usable"]) for r in runs if r.get("cpus_usable")})
+    where = f"{device.get('gpu')}, {'/'.join(map(str, cores))} cores" if cores else str(device.get("gpu"))
+    return f"{where}, torch {device.get('torch')}"
+
+
+def _packages(runs: Sequence[dict[str, Any]]) -> str:
+    """One line per series: the package versions its runs recorded (they must agree within a series)."""
+    by_series: dict[str, set[str]] = {}
+    for run in runs:
+        versions = (run.get("device") or {}).get("package_versions") or {}
+        text = ", ".join(f"{name} {versions[name]}" for name in PACKAGES if name in versions)
+        by_series.setdefault(str(run.get("series_sha256") or "?")[:12], set()).add(text)
+    return "; ".join(f"series `{series}`: {' / '.join(sorted(texts))}" for series, texts in sorted(by_series.items()))
+
+
+def headline_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Markdown: per envs × schedule × build × physics, wall per iteration, env steps/s, launch to 1st iteration.
+
+    *wall* is the mean wall clock between consecutive iterations over each run's summary window, pooled over the
+    row's runs; *env steps/s* = envs × ranks / mean wall; *evidence* the results folder (``_folder``, set by
+    ``readme_tables``) whose README says how the runs were made. Rows without a completed run are left out, so a build
+    or physics that was not measured at a setting has no row (the README says so) rather than an empty one.
+    """
+    groups: dict[Key, list[dict[str, Any]]] = {}
+    for run in runs:
+        if run.get("status") == "completed" and run.get("env_steps_per_s") and run.get("config") in HEADLINE_CONFIGS:
+            groups.setdefault(_key(run), []).append(run)
+    lines = [
+        "| envs · schedule | build | physics | runs | wall per iteration (ms) | env steps/s "
+        "| launch → 1st iteration (s) | series | machine | evidence |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    # Within a row's other keys, the earlier measurement first (series hashes have no order).
+    for key in sorted(groups, key=lambda k: (k[:5], min(str(r.get("started_utc")) for r in groups[k]))):
+        envs, schedule, config, physics, mps, series = key
+        group = groups[key]
+        folders = sorted({str(r.get("_folder", "?")).removeprefix("results/").split("/")[0] for r in group})
+        wall = bench_report.pooled(group, "wall_per_iter_ms")
+        if wall is None:
+            continue
+        mean = float(wall["mean_ms"])
+        label = bench_configs.CONFIGS[HEADLINE_CONFIGS[config]].label
+        sim = mjwarp_report.SIM_LABELS[PHYSICS[physics]] + (", CUDA MPS" if mps else "")
+        lines.append(
+            f"| {envs} · {schedule} | {label} | {sim} | "
+            f"{len(group)} | {mean:.1f} | {envs * 1000.0 / mean:.0f} | {_first_iteration(group)} | `{series}` | "
+            f"{_machine(group)} | {', '.join(folders)} |"
+        )
+    kept = [run for group in groups.values() for run in group]
+    return "\n".join(lines) + f"\n\nPackages, as the runs record them: {_packages(kept)}."
