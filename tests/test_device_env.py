@@ -10,12 +10,14 @@ CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, n
 2. With its own torch draws, the reset states, pd gains, commands, gait phases and observation noise fill the
    config's ranges. Control: the env built with a narrower kp range fails the check against the tree's range.
 3. A task term without a torch twin is refused with one line.
+4. The GPU evidence folder's README is generated from its JSONs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +90,19 @@ def test_a_term_without_a_twin_is_refused(tree: tuple[Path, Path]) -> None:
     assert err.strip().splitlines()[-1] == (
         "device_env_check: the device env has no torch twin of reward term 'penalty_lin_vel_z' "
         "(unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z); use training.collector=host for this task")
+
+
+def test_the_evidence_readme_is_generated_from_its_jsons(tmp_path: Path) -> None:
+    """results/2026-12-01-h200-device-env/README.md is device_env_report.py's output; a changed figure fails."""
+    report = PROJECT / "experiments" / "device_env_report.py"
+    folder = PROJECT / "results" / "2026-12-01-h200-device-env"
+    ok = subprocess.run([sys.executable, str(report), str(folder), "--check"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    copy = tmp_path / "evidence"
+    shutil.copytree(folder, copy)
+    record = copy / "trainings" / "device-collector-unilab-default.json"
+    data = json.loads(record.read_text())
+    data["final_cycle_wall_ms"] += 1.0
+    record.write_text(json.dumps(data))
+    stale = subprocess.run([sys.executable, str(report), str(copy), "--check"], capture_output=True, text=True)
+    assert stale.returncode == 1 and "disagrees with its JSONs" in stale.stderr

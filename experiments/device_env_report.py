@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""README of a device-env evidence folder, generated from its JSONs (``--check``: the committed one must agree).
+
+A folder holds up to three kinds of records, each in its own subfolder:
+
+- ``env-step/*.json``: ``device_env_bench.py`` runs (the env step alone: UniLab's host env, the device env as
+  one CUDA graph and eager, the MJWarp substeps alone; alternating blocks on one GPU);
+- ``trainings/*.json``: the ``run_summary.json`` of ``train_flashsac.py`` runs with ``training.collector=device``;
+- ``bench-*/runs/*.json``: ``make bench`` run JSONs (their own ``summary.md`` beside them, from ``bench_report``).
+
+The figures are rendered from those files; the text around them is ``NOTES`` below, where a folder says what
+state of the code each record measured. Usage: ``device_env_report.py FOLDER [--check]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+TITLE = "# The device-resident G1 Walk Flat env and collector on MuJoCo Warp"
+
+
+def _load(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+    return [(path.stem, json.loads(path.read_text())) for path in sorted(paths)]
+
+
+def env_step_table(records: list[tuple[str, dict[str, Any]]]) -> str:
+    rows = ["| record | envs | host env ms | device env ms | device env, eager ms | MJWarp substeps alone ms | "
+            "device ÷ host | device env steps/s | device step | host syncs in the device step |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, data in records:
+        for run in data["runs"]:
+            s = run["summary"]
+            eager = s.get("device_env_eager_ms", {}).get("median")
+            rows.append(
+                f"| {name} | {run['num_envs']} | {s['host_env_ms']['median']:.2f} | {s['device_env_ms']['median']:.2f} | "
+                f"{'–' if eager is None else f'{eager:.2f}'} | {s['device_physics_ms']['median']:.2f} | "
+                f"{1 / run['speedup_device_over_host']:.2f} | {run['device_env_steps_per_s'] / 1e3:.1f} k | "
+                f"{run.get('device_env_graph', 'eager')} | {run['device_env_host_sync']} |")
+    return "\n".join(rows)
+
+
+def determinism_lines(records: list[tuple[str, dict[str, Any]]]) -> str:
+    lines = []
+    for name, data in records:
+        if data.get("parity"):
+            p = data["parity"]
+            lines.append(f"- {name}: the NumPy env and the device env with UniLab's draws, {p['num_envs']} envs x "
+                         f"{p['steps']} steps on the GPU: first step over 1e-3 or with other dones "
+                         f"{p['first_step_over_1e-3_or_done_mismatch']}, largest observation difference "
+                         f"{p['max_abs_diff']['policy_obs']:.3g}.")
+        twice = (data.get("determinism") or {}).get("numpy_env_twice")
+        if twice:
+            lines.append(f"- {name}: UniLab's NumPy env twice on the GPU, same seed and actions: observations differ "
+                         f"from step {twice['first_step_differing']} (largest {twice['max_abs_diff']:.3g}).")
+    return "\n".join(lines)
+
+
+def training_table(records: list[tuple[str, dict[str, Any]]]) -> str:
+    rows = ["| record | iterations | wall ms per iteration (final) | env steps/s (final) | env step ms | learner ms | "
+            "host syncs per iteration | launch to training start s |", "|---|---|---|---|---|---|---|---|"]
+    for name, s in records:
+        phases = s["collector_phases_ms"]
+        rows.append(
+            f"| {name} | {s['completed_iterations']} | {s['final_cycle_wall_ms']:.1f} | "
+            f"{s['final_env_steps_per_sec'] / 1e3:.1f} k | {phases['env_step']:.1f} | {phases['learner']:.1f} | "
+            f"{s['host_syncs_per_iteration']:.2f} | {s['wall_time_sec'] - s['training_wall_time_sec']:.0f} |")
+    return "\n".join(rows)
+
+
+def bench_lines(folder: Path) -> str:
+    lines = []
+    for sub in sorted(p for p in folder.glob("bench-*") if p.is_dir()):
+        for name, run in _load(list((sub / "runs").glob("*.json"))):
+            detail = "completed" if run["status"] == "completed" else f"{run['status']}: {run.get('error')}"
+            lines.append(f"- `{sub.name}/runs/{name}.json` ({run['backend']}, {run['collector']} collector, "
+                         f"setting {run['setting']}, series `{run['series_sha256'][:12]}`): {detail}")
+        lines.append(f"- `{sub.name}/summary.md`: bench_report's tables of those runs.")
+    return "\n".join(lines)
+
+
+def machine_line(records: list[tuple[str, dict[str, Any]]]) -> str:
+    data = records[0][1]
+    m, v = data["machine"], data["versions"]
+    versions = ", ".join(f"{k} {v[k]}" for k in sorted(v))
+    return (f"Machine: {m['gpu']}, {m['cpu_count']} CPU cores ({data['date']}). Versions: {versions}. torch "
+            f"{v['torch']} is drift from the pinned 2.8.0+cu128 (the lent machines bring it).")
+
+
+def render(folder: Path) -> str:
+    env = _load(list((folder / "env-step").glob("*.json")))
+    trainings = _load(list((folder / "trainings").glob("*.json")))
+    notes = json.loads((folder / "notes.json").read_text())
+    parts = [TITLE, "", notes["intro"], "", machine_line(env), "", "## The env step alone", "", notes["env_step"], "",
+             env_step_table(env), "", determinism_lines(env), "", "## Training with the device collector", "",
+             notes["trainings"], "", training_table(trainings), "", "## make bench runs", "", notes["bench"], "",
+             bench_lines(folder), "", "## What these figures do not show", "", notes["open"], ""]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    text = render(args.folder)
+    readme = args.folder / "README.md"
+    if args.check:
+        if not readme.is_file() or readme.read_text() != text:
+            print(f"device_env_report: {readme} disagrees with its JSONs (run device_env_report.py {args.folder})",
+                  file=sys.stderr)
+            return 1
+        return 0
+    readme.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
