@@ -42,7 +42,7 @@ import mjwarp_report  # noqa: E402
 
 SINGLE = EXPERIMENTS / "benchmark_flashsac_training.py"
 #: A committed host-collector MJWarp run at the report's setting (2/1/1) and its CPU MuJoCo pair.
-HOST_RUNS = PROJECT / "results" / "h200-2026-12-01-s8" / "bench" / "runs"
+HOST_RUNS = PROJECT / "results" / "2026-12-01-h200-mjwarp-mps-sim2sim" / "bench" / "runs"
 #: 16 envs, batch 32, learning_starts 2, 2/1/1: the first iteration serves 3 ticks, the others 1.
 TINY = ("--num-envs", "16", "--batch-size", "32", "--replay-buffer-n", "8", "--learning-starts", "2",
         "--updates-per-step", "2", "--policy-frequency", "2", "--iterations", "8", "--summary-last", "5")
