@@ -274,6 +274,7 @@ def test_an_overlay_no_checkout_uses_is_refused_with_what_to_delete(checkout: Pa
     assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
     shutil.rmtree(checkout / ".flashsac-overlay")  # the state gone: nothing names this overlay's checkout any more
     subprocess.run(["git", "checkout", "-q", "--", "."], cwd=checkout, check=True)
+    subprocess.run(["git", "clean", "-fdq"], cwd=checkout, check=True)  # the files the series added
     manifest_file = overlay / "MANIFEST.json"
     manifest = json.loads(manifest_file.read_text())
     manifest_file.write_text(json.dumps({**manifest, "owners": [], "files": {**manifest["files"], "uni_rl/x.py": "0"}}))

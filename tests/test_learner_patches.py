@@ -540,7 +540,7 @@ def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_
         import torch._inductor.config as inductor_config
         from torch._inductor import async_compile
         from uni_rl.algos.common.compile import wide_compile_pool
-        from uni_rl.offpolicy.double_buffer_runner import DoubleBufferOffPolicyRunner as Runner
+        from uni_rl.offpolicy import device_runner, double_buffer_runner
         inductor_config.compile_threads = 1  # what the thread budget sets on a 16-core machine
         with wide_compile_pool(2) as inside_workers:
             inside = inductor_config.compile_threads
@@ -552,7 +552,10 @@ def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_
             "inside": [inside, inside_workers, pools_inside],
             "after": [inductor_config.compile_threads, len(async_compile._pool_set)],
             "not_narrowed": [narrow[0], inductor_config.compile_threads],
-            "runner_uses_it": "with wide_compile_pool()" in inspect.getsource(Runner._warm_up_learner),
+            "runner_uses_it": "with wide_compile_pool()" in inspect.getsource(double_buffer_runner.warm_up_learner)
+                and all("warm_up_learner(" in inspect.getsource(method) for method in (
+                    double_buffer_runner.DoubleBufferOffPolicyRunner._warm_up_learner,
+                    device_runner.DeviceCollectorRunner.learn)),
         }))
         """,
     )
