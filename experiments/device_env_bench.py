@@ -29,25 +29,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collector_profile import build_env  # noqa: E402
+from device_env_check import TASK, make_device_env  # noqa: E402
 
-TASK = "g1_walk_flat/mjwarp"
-
-
-def env_override(num_envs: int, seed: int) -> dict[str, Any]:
-    from hydra import compose, initialize_config_dir
-
-    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
-
-    with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"task={TASK}", f"algo.num_envs={num_envs}", f"algo.seed={seed}"])
-    return build_offpolicy_env_cfg_override("flashsac", cfg) or {}
 
 
 def device_env(num_envs: int, seed: int, numpy_draws: bool, graph: bool = True) -> Any:
-    from unilab.envs.device import make_g1_walk_device_env
-
-    return make_g1_walk_device_env(num_envs, torch.device("cuda"), seed, env_cfg_override=env_override(num_envs, seed),
-                                   numpy_draws=numpy_draws, graph=graph)
+    """The device env from the tree's task config, as the sameness check builds it."""
+    return make_device_env(num_envs, seed, (), numpy_draws=numpy_draws, graph=graph)
 
 
 def gpu_determinism(num_envs: int, steps: int, seed: int) -> dict[str, Any]:

@@ -50,13 +50,15 @@ def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
                                                         f"algo.seed={seed}", *overrides])
 
 
-def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool) -> Any:
+def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
+                    graph: bool = True) -> Any:
     from unilab.envs.device import make_g1_walk_device_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
     override = build_offpolicy_env_cfg_override("flashsac", compose_cfg(num_envs, seed, overrides))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws)
+    return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
+                                   graph=graph)
 
 
 def perturb_reward(env: Any, term: str) -> None:
