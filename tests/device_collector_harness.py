@@ -17,6 +17,9 @@ Run from an applied UniLab tree's root (G1 meshes unpacked) with the overlay, th
   checkpoint    the host path's loaders take `--checkpoint`: UniLab's play actor (`build_play_actor` +
                 `load_play_actor`) and a FlashSAC learner built from the tree's config (`load_state_dict`, the
                 runner's resume format). `--broken`: the checkpoint without its actor.
+  explore       the FlashSAC actor's exploration over 200 steps with random dones, `explore()` (the host's
+                redraw test) beside `explore(sync_free=True)` (the device collector's): actions and the random
+                stream at every step. `--num-envs 1` makes steps at which no env redraws.
 """
 
 from __future__ import annotations
@@ -271,9 +274,34 @@ def mode_checkpoint(args: argparse.Namespace) -> dict:
             "actor_equal": all(torch.equal(v, checkpoint["actor"][k]) for k, v in actor.state_dict().items())}
 
 
+def mode_explore(args: argparse.Namespace) -> dict:
+    from uni_rl.algos.flash_sac.network import FlashSACActor
+
+    torch.manual_seed(0)
+    actor = FlashSACActor(num_blocks=1, input_dim=8, hidden_dim=16, action_dim=4)
+    twin = FlashSACActor(num_blocks=1, input_dim=8, hidden_dim=16, action_dim=4)
+    twin.load_state_dict(actor.state_dict())
+    draws = torch.Generator().manual_seed(1)
+    host_rng = torch.Generator().manual_seed(2).get_state()
+    device_rng = host_rng.clone()
+    steps = {"actions_equal": 0, "streams_equal": 0}
+    for _ in range(200):
+        obs = torch.randn(args.num_envs, 8, generator=draws)
+        dones = (torch.rand(args.num_envs, generator=draws) < 0.05).float()
+        torch.set_rng_state(host_rng)
+        host = actor.explore(obs, dones=dones)
+        host_rng = torch.get_rng_state()
+        torch.set_rng_state(device_rng)
+        device = twin.explore(obs, dones=dones, sync_free=True)
+        device_rng = torch.get_rng_state()
+        steps["actions_equal"] += int(torch.equal(host, device))
+        steps["streams_equal"] += int(torch.equal(host_rng, device_rng))
+    return {"steps": 200, **steps}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("ring", "equivalence", "finite-guard", "checkpoint"))
+    parser.add_argument("mode", choices=("ring", "equivalence", "finite-guard", "checkpoint", "explore"))
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--broken", action="store_true")
     parser.add_argument("--num-envs", type=int, default=16)
@@ -281,7 +309,7 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(1)
     modes = {"ring": mode_ring, "equivalence": mode_equivalence, "finite-guard": mode_finite_guard,
-             "checkpoint": mode_checkpoint}
+             "checkpoint": mode_checkpoint, "explore": mode_explore}
     result = modes[args.mode](args)
     print(json.dumps(result, default=str))
     return 0

@@ -14,6 +14,9 @@ control that must fail on a broken input:
 - with the same env outputs, the batches and the learner after two iterations on the device ring are bitwise
   those of the host path's replay code and per-update loop (control: a ring storing the post-reset observation
   as a done row's next observation);
+- the actor's sync-free exploration (no host test of whether an env redraws) gives the host test's actions
+  and random stream at every step of 200 with 16 envs (control: one env, where some steps redraw nothing and
+  the two streams part);
 - a NaN batch is skipped by the finite guard and training goes on (control: without the guard the NaN reaches
   the policy and the env refuses its actions).
 
@@ -153,3 +156,13 @@ def test_without_the_finite_guard_the_nan_batch_reaches_the_policy(tree: tuple[P
     proc = _run(tree, str(HARNESS), "finite-guard", "--broken", "--log-dir", str(tmp_path / "logs"))
     assert proc.returncode != 0
     assert "ActionManager received an action containing NaN or Inf." in proc.stderr, proc.stderr[-3000:]
+
+
+def test_sync_free_exploration_is_the_host_tests_exploration(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    result = harness(tree, tmp_path, "explore")
+    assert result == {"steps": 200, "actions_equal": 200, "streams_equal": 200}
+
+
+def test_sync_free_exploration_parts_where_no_env_redraws(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    result = harness(tree, tmp_path, "explore", "--num-envs", "1")
+    assert result["streams_equal"] < result["steps"], result
