@@ -10,7 +10,12 @@ once after the block) and, for the device env, the physics alone (the backend's 
 device env's blocks run under ``torch.cuda.set_sync_debug_mode("error")``: a host sync inside its step fails the
 run. ``--parity-steps`` first steps the device env with UniLab's own NumPy draws beside the NumPy env on the GPU
 and reports the largest differences (GPU contact ordering may differ between the two physics copies, so this is
-a report, not a gate; the gate is the CPU trajectory test). Writes one JSON with the machine and versions.
+a report, not a gate; the gate is the CPU trajectory test). ``--profile`` adds, per env count, where a step's
+device time goes: the MJWarp substeps alone as one captured graph (the physics floor of a graphed step), and the
+kernels of eager steps under torch's profiler (CUPTI sees Warp's launches too), split into MuJoCo Warp's kernels
+and torch's, with counts and GPU time per step: a graphed step costs about its kernels' time plus a launch gap
+per kernel, so the counts say what fusing the torch terms could save. Writes one JSON with the machine and
+versions.
 """
 
 from __future__ import annotations
@@ -142,6 +147,48 @@ def time_pair(num_envs: int, steps: int, rounds: int, seed: int) -> dict[str, An
             "device_env_host_sync": sync_error or "none (the step ran under torch's sync debug mode 'error')"}
 
 
+def profile_step(num_envs: int, steps: int, seed: int) -> dict[str, Any]:
+    """The physics floor and the kernel split of one env step (see the module docstring)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = device_env(num_envs, seed, numpy_draws=False, graph=False)
+    dev.reset()
+    actions = torch.rand(steps, num_envs, dev.action_dim, device="cuda") * 2 - 1
+    for t in range(3):
+        dev.step(actions[t])
+    physics = dev.sim.capture(lambda: dev.sim.step(dev.substeps), ())
+    for _ in range(3):
+        physics.replay()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        physics.replay()
+    torch.cuda.synchronize()
+    physics_ms = (time.perf_counter() - t0) * 1e3 / steps
+    dev.reset()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for t in range(steps):
+            dev.step(actions[t])
+        torch.cuda.synchronize()
+    kernels: dict[str, dict[str, float]] = {}
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA or "memcpy" in event.name.lower():
+            continue
+        side = "warp" if "cuda_kernel_forward" in event.name else "torch"
+        entry = kernels.setdefault(event.name, {"side": side, "count": 0, "us": 0.0})  # type: ignore[dict-item]
+        entry["count"] += 1
+        entry["us"] += event.device_time_total
+    split: dict[str, dict[str, float]] = {}
+    for entry in kernels.values():
+        part = split.setdefault(str(entry["side"]), {"kernels_per_step": 0.0, "gpu_ms_per_step": 0.0})
+        part["kernels_per_step"] += entry["count"] / steps
+        part["gpu_ms_per_step"] += entry["us"] / 1e3 / steps
+    top = sorted(kernels.items(), key=lambda item: -item[1]["us"])[:25]
+    return {"num_envs": num_envs, "steps": steps, "physics_graph_ms": physics_ms, "eager_step_split": split,
+            "top_kernels": [{"name": name[:120], "side": e["side"], "per_step": e["count"] / steps,
+                             "gpu_us_per_step": e["us"] / steps} for name, e in top]}
+
+
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
@@ -161,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--parity-steps", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", action="store_true")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -180,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         result["runs"].append(run)
         print(json.dumps({k: run[k] for k in ("num_envs", "summary", "speedup_device_over_host", "resets",
                                               "device_env_graph", "device_env_host_sync")}), flush=True)
+        if args.profile:
+            run["profile"] = profile_step(n, 20, args.seed)
+            print(json.dumps({k: v for k, v in run["profile"].items() if k != "top_kernels"}), flush=True)
         args.output.write_text(json.dumps(result, indent=1) + "\n")
     args.output.write_text(json.dumps(result, indent=1) + "\n")
     return 0

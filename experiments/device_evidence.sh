@@ -25,9 +25,10 @@
 #           per setting (e.g. "0 1" on nvidia-h200-x2) runs each setting's invocation on its own GPU and its own
 #           block of CORES_PER_GPU (16) cores, concurrently. COLLECTOR_SIMS (mujoco,mjwarp) and SCHEDULES (2: the 2/1/1 schedule)
 #           trim a call that must fit the device's time limit. Run it alone.
-#   sim2sim-train  sim-to-sim training: seeds SEEDS (1 2 3 4 5) × physics (CPU MuJoCo, MJWarp) at the report's
-#           setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run dirs and
-#           checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
+#   sim2sim-train  sim-to-sim training: seeds SEEDS (1 2 3 4 5) × SIM2SIM_ARMS (mujoco mjwarp: CPU MuJoCo and
+#           MJWarp with the host collector; mjwarp-device: MJWarp with the device-resident collector) at the
+#           report's setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run
+#           dirs and checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
 #   sim2sim-eval   a later call on the same (warm) machine: each checkpoint of $SIM2SIM_DIR evaluated on CPU
 #           MuJoCo (experiments/policy_eval.py, EVAL_STEPS (1000) steps × 256 envs, evaluation seed 1), all
 #           concurrently, each on its own core with one math thread; `policy_eval_report.py <folder of the eval JSONs>`
@@ -151,12 +152,14 @@ for mode in "$@"; do
       ;;
     sim2sim-train)
       mkdir -p "$work/sim2sim-runs"
-      for sim in mujoco mjwarp; do
+      for arm in ${SIM2SIM_ARMS:-mujoco mjwarp}; do
+        collector=host
+        [ "$arm" = mjwarp-device ] && collector=device
         for seed in ${SEEDS:-1 2 3 4 5}; do
-          on_gpu 0 "train-$sim-seed$seed" python3 experiments/benchmark_flashsac_training.py --unilab-root "$tree" \
-            --setting report --config patched-default --backend "$sim" --seed "$seed" \
-            --iterations "${SIM2SIM_ITERATIONS:-3000}" --live-panel never --run-dir "$sim2sim/$sim-seed$seed" \
-            --output "$sim2sim/$sim-seed$seed.json"
+          on_gpu 0 "train-$arm-seed$seed" python3 experiments/benchmark_flashsac_training.py --unilab-root "$tree" \
+            --setting report --config patched-default --backend "${arm%-device}" --collector "$collector" \
+            --seed "$seed" --iterations "${SIM2SIM_ITERATIONS:-3000}" --live-panel never \
+            --run-dir "$sim2sim/$arm-seed$seed" --output "$sim2sim/$arm-seed$seed.json"
         done
       done
       wait

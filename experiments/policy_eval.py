@@ -205,6 +205,7 @@ def checkpoint_facts(checkpoint: Path, run_config: Path | None) -> dict[str, Any
         run = json.loads(config_path.read_text(encoding="utf-8"))
         algo, training = run["config"]["algo"], run["config"]["training"]
         facts["trained"] = {"run_config": str(config_path), "sim_backend": training["sim_backend"],
+                            "collector": training.get("collector", "host"),
                             "task": training["task_name"], "num_envs": algo["num_envs"],
                             "batch_size": algo.get("batch_size"), "updates_per_step": algo.get("updates_per_step"),
                             "policy_frequency": algo.get("policy_frequency"), "seed": algo.get("seed"),
