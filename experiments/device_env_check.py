@@ -18,6 +18,12 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 config (composed without ``--override``): every sample inside its range, the range covered
                 (min and max within 5 % of its ends) and the mean within 4 standard errors of the middle.
                 ``--override`` changes the env's config only (e.g. a wrong kp range): the check must fail.
+  host-reads    the device env with its own torch draws steps ``--steps`` times (after one warm-up step, as
+                before its CUDA graph is recorded) under a torch function mode that records every host read a
+                CUDA capture forbids: ``item``/``tolist``/``bool``/``int``/``float``/``numpy``/``cpu``, ``nonzero``,
+                an index that is a 0-d or boolean tensor (read on the host), and tensors made from host data.
+                On the CPU these cost nothing, on CUDA each is a sync that breaks the step's graph: none may
+                occur. ``--broken-index`` puts back a 0-d tensor index in the height termination: it must fail.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 when the device env refuses the task.
 """
@@ -186,9 +192,55 @@ def distribution(args: argparse.Namespace) -> dict[str, Any]:
             "failed": [c["name"] for c in checks if not c["ok"]], "equal": all(c["ok"] for c in checks)}
 
 
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Records the torch calls of a block that read a tensor on the host or copy host data to the device."""
+
+    READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
+    INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
+    FROM_HOST = {"tensor", "as_tensor", "from_numpy"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = getattr(func, "__name__", str(func))
+        if name in self.READS or name in self.FROM_HOST:
+            self.found.append(name)
+        elif name in self.INDEXING and len(args) > 1:
+            index = args[1] if isinstance(args[1], tuple) else (args[1],)
+            for item in index:
+                if isinstance(item, torch.Tensor) and (item.dim() == 0 or item.dtype == torch.bool):
+                    self.found.append(f"{name} with a {'0-d' if item.dim() == 0 else 'boolean'} tensor index")
+        return func(*args, **(kwargs or {}))
+
+
+def host_reads(args: argparse.Namespace) -> dict[str, Any]:
+    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False)
+    if args.broken_index:
+        from unilab.envs.device import terms
+
+        def height(s: Any, minimum_height: float) -> torch.Tensor:
+            return s.sim.qpos[:, s.root_qpos_cols[2]] < minimum_height
+
+        dev._terminations = [(height if twin is terms.root_height_below_minimum else twin, params, time_out)  # noqa: SLF001
+                             for twin, params, time_out in dev._terminations]  # noqa: SLF001
+    dev.reset()
+    actions = torch.rand((args.steps + 1, args.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
+    actions = (actions * 2 - 1).to(dev.device)
+    dev.step(actions[0])
+    mode = HostReads()
+    with mode:
+        for t in range(1, args.steps + 1):
+            dev.step(actions[t])
+    found = sorted(set(mode.found))
+    return {"mode": "host-reads", "steps": args.steps, "host_reads": found, "calls": len(mode.found),
+            "equal": not found}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("parity", "distribution"), required=True)
+    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads"), required=True)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--episode-seconds", type=float, default=1.0,
@@ -198,9 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--perturb-reward", default=None)
     parser.add_argument("--perturb-kp", action="store_true")
     parser.add_argument("--override", action="append", default=[], help="distribution: a Hydra override of the env")
+    parser.add_argument("--broken-index", action="store_true", help="host-reads: the negative control")
     args = parser.parse_args(argv)
     try:
-        result = parity(args) if args.mode == "parity" else distribution(args)
+        result = {"parity": parity, "distribution": distribution, "host-reads": host_reads}[args.mode](args)
     except ValueError as exc:  # a task the device env refuses: its one-line reason
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2

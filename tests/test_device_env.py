@@ -9,8 +9,10 @@ CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, n
    scaled by 1.001 is reported from the first steps; a kp range wider by 0.05 changes the physics at once.
 2. With its own torch draws, the reset states, pd gains, commands, gait phases and observation noise fill the
    config's ranges. Control: the env built with a narrower kp range fails the check against the tree's range.
-3. A task term without a torch twin is refused with one line.
-4. The GPU evidence folder's README is generated from its JSONs.
+3. The step reads nothing on the host (no ``item``, no 0-d or boolean tensor index, no tensor from host data):
+   each would be a sync on CUDA that breaks the step's CUDA graph. Control: a 0-d tensor index is found.
+4. A task term without a torch twin is refused with one line.
+5. The GPU evidence folder's README is generated from its JSONs.
 """
 
 from __future__ import annotations
@@ -90,6 +92,18 @@ def test_a_term_without_a_twin_is_refused(tree: tuple[Path, Path]) -> None:
     assert err.strip().splitlines()[-1] == (
         "device_env_check: the device env has no torch twin of reward term 'penalty_lin_vel_z' "
         "(unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z); use training.collector=host for this task")
+
+
+def test_the_step_reads_nothing_on_the_host(tree: tuple[Path, Path]) -> None:
+    rc, result, err = check(tree, "--mode", "host-reads", "--num-envs", "16", "--steps", "20")
+    assert rc == 0, (result, err[-3000:])
+    assert result["host_reads"] == [] and result["calls"] == 0
+
+
+def test_a_0d_tensor_index_is_a_host_read(tree: tuple[Path, Path]) -> None:
+    rc, result, err = check(tree, "--mode", "host-reads", "--num-envs", "16", "--steps", "3", "--broken-index")
+    assert rc == 1, (result, err[-3000:])
+    assert result["host_reads"] == ["__getitem__ with a 0-d tensor index"]
 
 
 def test_the_evidence_readme_is_generated_from_its_jsons(tmp_path: Path) -> None:
