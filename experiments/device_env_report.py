@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 TITLE = "# The device-resident G1 Walk Flat env and collector on MuJoCo Warp"
 
 
@@ -72,14 +74,25 @@ def training_table(records: list[tuple[str, dict[str, Any]]]) -> str:
 
 
 def bench_lines(folder: Path) -> str:
+    """Per ``bench-*`` folder: bench_report's collectors table of its completed runs, then a line per run."""
+    import bench_report
+
     lines = []
     for sub in sorted(p for p in folder.glob("bench-*") if p.is_dir()):
-        for name, run in _load(list((sub / "runs").glob("*.json"))):
+        runs = _load(list((sub / "runs").glob("*.json")))
+        completed = [run for _, run in runs if run["status"] == "completed"]
+        lines += [f"### `{sub.name}`", ""]
+        if completed:
+            lines += [bench_report.collector_table(completed), ""]
+        for name, run in runs:
+            startup = (run.get("warmup") or {}).get("startup_to_first_iteration_s")
             detail = "completed" if run["status"] == "completed" else f"{run['status']}: {run.get('error')}"
+            if startup is not None:
+                detail += f", first iteration {startup:.0f} s after launch"
             lines.append(f"- `{sub.name}/runs/{name}.json` ({run['backend']}, {run['collector']} collector, "
                          f"setting {run['setting']}, series `{run['series_sha256'][:12]}`): {detail}")
-        lines.append(f"- `{sub.name}/summary.md`: bench_report's tables of those runs.")
-    return "\n".join(lines)
+        lines += [f"- `{sub.name}/summary.md`: bench_report's tables of those runs.", ""]
+    return "\n".join(lines).rstrip()
 
 
 def machine_line(records: list[tuple[str, dict[str, Any]]]) -> str:
