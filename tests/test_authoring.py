@@ -141,10 +141,15 @@ def _tampered_base(repo: Path) -> None:
     git(repo, "cherry-pick", f"{root}..series")
 
 
-def _other_target(repo: Path) -> None:
-    (repo / "unilab" / "README.md").write_text("changed\n")
+def _other_target(repo: Path) -> str:
+    """The last commit also changes a file of another target; returns the refusal it must get."""
+    last = subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%s"], capture_output=True, text=True,
+                          check=True).stdout.split("/")[0]
+    other = {"unilab": "unisim/unisim/outside.txt", "uni_rl": "unilab/README.md", "unisim": "unilab/README.md"}[last]
+    (repo / other).write_text("changed\n")
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--amend", "--no-edit")  # the last commit is the unisim patch
+    git(repo, "commit", "-q", "--amend", "--no-edit")
+    return f"touches {other}, outside its target {last}/"
 
 
 def _bad_name(repo: Path) -> None:
@@ -164,14 +169,14 @@ def _merge(repo: Path) -> None:
     (_untracked, "has uncommitted changes (uni_rl/stray.py)"),
     (_mid_rebase, "in the middle of a git operation (rebase-merge)"),
     (_tampered_base, "is not the pristine pinned trees (unisim/unisim/__init__.py changed)"),
-    (_other_target, "touches unilab/README.md, outside its target unisim/"),
+    (_other_target, None),  # the message names the last commit's target
     (_bad_name, "its message must be '<target>/NNNN-<slug>.patch'"),
     (_merge, "history is not linear"),
 ])
 def test_bad_scratch_repository_is_refused_and_nothing_changes(work: tuple[Path, Path], damage, message: str) -> None:
     repo, patches = work
     before = tree_hashes(patches)
-    damage(repo)
+    message = damage(repo) or message
     proc = refresh(repo, patches)
     assert proc.returncode == 1 and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -103,7 +103,9 @@ def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Pat
     assert sorted(p.name for p in logs.glob("model_*.pt")) == ["model_10.pt", "model_12.pt", "model_5.pt"]
 
     loaded = harness(tree, tmp_path, "checkpoint", "--checkpoint", str(logs / "model_12.pt"))
-    assert loaded["keys"] == loaded["learner_keys"] and loaded["update_count"] == 12 and loaded["actor_equal"]
+    # The learner's keys and the resume state beside them (uni_rl 0030).
+    assert loaded["keys"] == sorted([*loaded["learner_keys"], "training_state"])
+    assert loaded["update_count"] == 12 and loaded["actor_equal"]
     broken = _run(tree, str(HARNESS), "checkpoint", "--checkpoint", str(logs / "model_12.pt"), "--broken")
     assert broken.returncode != 0 and "KeyError: 'actor'" in broken.stderr
 

@@ -1,0 +1,216 @@
+"""A training run survives its own faults (uni_rl 0030, unilab 0008) on the CPU: real processes, real signals.
+
+UniLab's real G1 Walk Flat env in every check (CPU MuJoCo behind the test adapter, MuJoCo Warp on Warp's CPU
+device, the host path's real collector process); each check has a negative control that must fail:
+
+- UniLab's training command line (device collector) stopped by SIGTERM exits 143 with one line naming the
+  iteration and the checkpoint, within seconds; the checkpoint loads with `weights_only=True` (UniLab's play
+  loader) and `algo.resume=true` continues it to the end (control: resuming a checkpoint without its
+  training state is refused);
+- with `save_replay` the resumed device-collector run is bitwise the uninterrupted one: learner, optimizers,
+  schedules, normalizers, replay ring, env state, RNG (control: the env's random generator left out of the
+  checkpoint makes them differ);
+- the host path's collector process: SIGTERM to the learner leaves no collector and no resource tracker
+  (control: the cleanup left out leaves the collector behind); a second signal during a slow stop exits at
+  once, still without orphans; `kill -9` of the collector is reported in one line within seconds; `kill -9`
+  of the learner takes the collector with it (control: without the parent-death signal it stays).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from conftest import PROJECT, runnable_tree
+
+HARNESS = PROJECT / "tests" / "preemption_harness.py"
+TRAIN = "src/unilab/scripts/train_flashsac.py"
+CLI = ("task=g1_walk_flat/mujoco", "algo.num_envs=16", "algo.batch_size=32", "algo.replay_buffer_n=8",
+       "algo.learning_starts=2", "algo.updates_per_step=2", "algo.policy_frequency=2", "algo.save_interval=5",
+       "training.no_play=true", "training.export_onnx=false", "training.logger=no_print",
+       "training.collector=device", "+training.device_env_factory=device_env_adapter:make_g1_walk_flat_cpu_env")
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, Path]) -> tuple[Path, Path]:
+    checkout, overlay = applied_session
+    return runnable_tree(checkout, tmp_path_factory.mktemp("preemption") / "tree"), overlay
+
+
+def _env(tree: tuple[Path, Path], **extra: str) -> dict[str, str]:
+    root, overlay = tree
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FLASHSAC_PROVENANCE_DIR")}
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (overlay, root / "src", PROJECT / "experiments", PROJECT / "tests")))
+    return {**env, "UNISIM_MJWARP_ALLOW_CPU": "1", "CUDA_VISIBLE_DEVICES": "", "MUJOCO_GL": "disable", **extra}
+
+
+def _popen(tree: tuple[Path, Path], *argv: str, **extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-W", "ignore", *argv], cwd=tree[0], env=_env(tree, **extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+def test_sigterm_checkpoints_exits_143_and_algo_resume_continues(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    logs = tmp_path / "run"
+    proc = _popen(tree, TRAIN, *CLI, "algo.max_iterations=1000", f"training.log_dir='{logs}'")
+    _wait_for(logs / "model_5.pt", proc)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    seconds = time.monotonic() - sent
+    assert proc.returncode == 143, stderr[-3000:]
+    assert seconds < 10, seconds
+    lines = [line for line in stderr.splitlines() if "training stopped by SIGTERM" in line]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    stopped_at = int(lines[0].split("after iteration ")[1].split(":")[0])
+    checkpoint = logs / f"model_{stopped_at}.pt"
+    assert f"checkpoint {checkpoint}" in lines[0] and stopped_at >= 5
+    assert not list(logs.glob(".model_*")), "a temporary was left"
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert saved["training_state"]["iteration"] == stopped_at and saved["update_count"] == stopped_at
+    summary = json.loads((logs / "run_summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["completed_iterations"] == stopped_at
+    print(f"SIGTERM to exit: {seconds:.2f} s (stopped after iteration {stopped_at})")
+
+    end = stopped_at + 3
+    resumed = subprocess.run([sys.executable, "-W", "ignore", TRAIN, *CLI, f"algo.max_iterations={end}",
+                              f"training.log_dir='{logs}'", "algo.resume=true"], cwd=tree[0], env=_env(tree),
+                             capture_output=True, text=True, timeout=600, check=False)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    summary = json.loads((logs / "run_summary.json").read_text())
+    assert summary["status"] == "completed" and summary["completed_iterations"] == end
+    final = torch.load(logs / f"model_{end}.pt", map_location="cpu", weights_only=True)
+    assert final["update_count"] == end
+
+    # Control: a checkpoint without its training state (a 1.3.2-style file) is not resumed silently.
+    del saved["training_state"]
+    old = tmp_path / "old"
+    old.mkdir()
+    torch.save(saved, old / "model_3.pt")
+    refused = subprocess.run([sys.executable, "-W", "ignore", TRAIN, *CLI, "algo.max_iterations=5",
+                              f"training.log_dir='{old}'", "algo.resume=true"], cwd=tree[0], env=_env(tree),
+                             capture_output=True, text=True, timeout=600, check=False)
+    assert refused.returncode != 0 and "has no training state" in refused.stderr, refused.stderr[-2000:]
+
+
+def test_resumed_run_with_the_replay_is_bitwise_the_uninterrupted_one(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-W", "ignore", str(HARNESS), "resume-bitwise", "--log-dir",
+                           str(tmp_path / "logs")], cwd=tree[0], env=_env(tree), capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["stopped"] == {"iteration": 4, "checkpoint": str(tmp_path / "logs" / "b" / "model_4.pt"),
+                                 "exit_code": 143}, result
+    assert result["keys"] > 1000 and result["env_keys"] > 100 and result["ring_rows"] > 0, result
+    assert result["differ"] == [] and result["n_differ"] == 0, result
+    # The control: the resume without the env's random generator must not pass as the same run.
+    assert result["n_control_differ"] > 0 and any(k.startswith("actor.") for k in result["control_differ"]), result
+    print(f"bitwise resume: {result['keys']} values equal ({result['scratch_keys']} solver scratch arrays "
+          f"skipped), {result['timings']}")
+
+
+def _host(tree: tuple[Path, Path], tmp_path: Path, **extra: str) -> tuple[subprocess.Popen, dict, list[int]]:
+    proc = _popen(tree, str(HARNESS), "host-collector", "--log-dir", str(tmp_path / "logs"), **extra)
+    assert proc.stdout is not None
+    pids = json.loads(proc.stdout.readline())
+    ready = proc.stdout.readline()
+    assert json.loads(ready or "{}").get("ready"), proc.communicate()[1][-3000:]
+    children = [child.pid for child in _descendants(pids["learner"])]
+    assert pids["collector"] in children and len(children) >= 2, children  # the collector, the resource tracker
+    return proc, pids, children
+
+
+def _reap(pids: list[int]) -> None:
+    for pid in _alive(pids):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_leaves_no_collector_and_no_resource_tracker(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    proc, _, children = _host(tree, tmp_path)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    seconds = time.monotonic() - sent
+    assert proc.returncode == 143 and seconds < 10, (seconds, stderr[-2000:])
+    assert sum("training stopped by SIGTERM" in line for line in stderr.splitlines()) == 1
+    assert _alive(children) == [], children
+    print(f"host collector, SIGTERM to exit: {seconds:.2f} s, children stopped: {len(children)}")
+
+
+def test_without_the_cleanup_the_collector_is_left_behind(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    proc, pids, children = _host(tree, tmp_path, PREEMPTION_HARNESS_NO_CLEANUP="1", FLASHSAC_COLLECTOR_PDEATHSIG="0")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)  # not communicate(): the orphan holds the output pipes open
+    time.sleep(1.0)
+    try:
+        assert pids["collector"] in _alive(children)
+    finally:
+        _reap(children)
+
+
+def test_a_second_signal_exits_at_once_without_orphans(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    proc, _, children = _host(tree, tmp_path, PREEMPTION_HARNESS_SLOW_STOP_S="60")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    seconds = time.monotonic() - sent
+    assert proc.returncode == 143 and seconds < 5, (seconds, stderr[-2000:])
+    assert "second SIGTERM: exiting now without a checkpoint" in stderr
+    assert _alive(children) == [], children
+
+
+def test_a_killed_collector_is_reported_in_one_line(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    proc, pids, children = _host(tree, tmp_path)
+    sent = time.monotonic()
+    os.kill(pids["collector"], signal.SIGKILL)
+    out, stderr = proc.communicate(timeout=60)
+    seconds = time.monotonic() - sent
+    result = json.loads(out.strip().splitlines()[-1])
+    assert seconds < 5 and result["collector_died"], (seconds, stderr[-2000:])
+    line = f"the collector process (pid {pids['collector']}) died during training at iteration 0 (killed by SIGKILL)"
+    assert [x for x in stderr.splitlines() if x.startswith("[train_offpolicy]")] == [
+        f"[train_offpolicy] {line}; the learner stopped"], stderr[-2000:]
+    assert _alive(children) == [], children
+
+
+def test_a_killed_learner_takes_the_collector_with_it(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    """(The control, a collector without the parent-death signal outliving its learner: the no-cleanup test.)"""
+    proc, pids, children = _host(tree, tmp_path)
+    os.kill(pids["learner"], signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 3.0
+    while pids["collector"] in _alive(children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert pids["collector"] not in _alive(children)
+    finally:
+        _reap(children)
