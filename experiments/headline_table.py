@@ -24,7 +24,7 @@ PHYSICS = ("mujoco", "mjwarp")
 #: Packages named under the table (``device.package_versions`` of the runs), in this order.
 PACKAGES = ("unilab", "unilab-rl", "unisim-core", "mujoco", "mujoco-warp", "warp-lang")
 
-Key = tuple[int, str, int, int, bool, str]
+Key = tuple[int, str, int, int, bool, bool, str]
 
 
 def _envs(run: dict[str, Any]) -> int:
@@ -33,11 +33,13 @@ def _envs(run: dict[str, Any]) -> int:
 
 
 def _key(run: dict[str, Any]) -> Key:
-    """(envs, schedule, build, physics, MPS on, series): one row, whichever folder its runs come from."""
+    """(envs, schedule, build, physics, MPS on, device-resident collector, series): one row, whichever folder its
+    runs come from (runs without a collector field ran the host collector)."""
     schedule = str(run.get("training_config", {}).get("schedule") or "?")
     return (_envs(run), schedule, HEADLINE_CONFIGS.index(str(run["config"])),
             PHYSICS.index(str(run.get("backend") or "mujoco")),
-            bench_report.mps_suffix(run) != "", str(run.get("series_sha256") or "?")[:12])
+            bench_report.mps_suffix(run) != "", str(run.get("collector") or "host") == "device-resident",
+            str(run.get("series_sha256") or "?")[:12])
 
 
 def _first_iteration(runs: Sequence[dict[str, Any]]) -> str:
@@ -86,8 +88,8 @@ def headline_table(runs: Sequence[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     # Within a row's other keys, the earlier measurement first (series hashes have no order).
-    for key in sorted(groups, key=lambda k: (k[:5], min(str(r.get("started_utc")) for r in groups[k]))):
-        envs, schedule, config, physics, mps, series = key
+    for key in sorted(groups, key=lambda k: (k[:6], min(str(r.get("started_utc")) for r in groups[k]))):
+        envs, schedule, config, physics, mps, device_collector, series = key
         group = groups[key]
         folders = sorted({str(r.get("_folder", "?")).removeprefix("results/").split("/")[0] for r in group})
         wall = bench_report.pooled(group, "wall_per_iter_ms")
@@ -95,7 +97,8 @@ def headline_table(runs: Sequence[dict[str, Any]]) -> str:
             continue
         mean = float(wall["mean_ms"])
         label = bench_configs.CONFIGS[HEADLINE_CONFIGS[config]].label
-        sim = mjwarp_report.SIM_LABELS[PHYSICS[physics]] + (", CUDA MPS" if mps else "")
+        sim = (mjwarp_report.SIM_LABELS[PHYSICS[physics]] + (", CUDA MPS" if mps else "")
+               + (", device-resident collector" if device_collector else ""))
         lines.append(
             f"| {envs} · {schedule} | {label} | {sim} | "
             f"{len(group)} | {mean:.1f} | {envs * 1000.0 / mean:.0f} | {_first_iteration(group)} | `{series}` | "

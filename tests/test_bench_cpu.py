@@ -552,6 +552,20 @@ def test_headline_keeps_the_builds_a_user_picks_and_marks_mps() -> None:
     assert "CUDA MPS" not in headline_table.headline_table(failed)
 
 
+def test_headline_keeps_the_collectors_apart() -> None:
+    """The device-resident collector's run and the host-env run of one invocation are two rows. Control: the
+    same runs without the collector field pool into one."""
+    import headline_table
+
+    folder = "results/2026-12-01-h200-device-env/bench-report-2-1-1"
+    runs = [{**run, "_folder": folder} for run in bench_report.load_runs(PROJECT / folder)]
+    table = headline_table.headline_table(runs)
+    assert "| MuJoCo Warp (GPU), device-resident collector | 1 | 14.5 | 17693 |" in table
+    assert "| MuJoCo Warp (GPU) | 1 | 22.4 | 11449 |" in table
+    pooled = headline_table.headline_table([{k: v for k, v in run.items() if k != "collector"} for run in runs])
+    assert "device-resident" not in pooled and "| MuJoCo Warp (GPU) | 2 | " in pooled
+
+
 def test_committed_runs_with_legacy_names_read_as_the_table_names_them(tmp_path: Path) -> None:
     """Runs recorded before the whole-cycle graph had one name say ``iteration-graph``: they group and sort
     under the table's name; the command lines take the legacy name too. Control: an unknown name stays unknown."""
