@@ -29,8 +29,8 @@ import pytest
 from conftest import runnable_tree
 
 PROJECT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = PROJECT / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
+BENCH = PROJECT / "experiments" / "bench"
+sys.path[:0] = [str(BENCH), str(PROJECT / "experiments" / "evidence")]
 
 import bench_configs  # noqa: E402
 import bench_driver  # noqa: E402
@@ -40,7 +40,7 @@ import bench_stats  # noqa: E402
 import benchmark_flashsac_training as single  # noqa: E402
 import mjwarp_report  # noqa: E402
 
-SINGLE = EXPERIMENTS / "benchmark_flashsac_training.py"
+SINGLE = BENCH / "benchmark_flashsac_training.py"
 #: A committed host-collector MJWarp run at the report's setting (2/1/1) and its CPU MuJoCo pair.
 HOST_RUNS = PROJECT / "results" / "2026-12-01-h200-mjwarp-mps-sim2sim" / "bench" / "runs"
 #: 16 envs, batch 32, learning_starts 2, 2/1/1: the first iteration serves 3 ticks, the others 1.
@@ -111,7 +111,7 @@ def test_device_collector_on_cpu_mujoco_is_refused_in_one_line_before_cuda(tmp_p
                            "--output", str(out)], env=env, capture_output=True, text=True, timeout=120)
     line = _one_line_refusal(proc, "benchmark_flashsac_training")
     assert "runs on mjwarp only" in line and "not on mujoco" in line and not out.exists()
-    proc = subprocess.run([sys.executable, str(EXPERIMENTS / "bench_matrix.py"), "--sims", "mujoco", "--collectors",
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_matrix.py"), "--sims", "mujoco", "--collectors",
                            "device", "--configs", "patched-default", "--results-root", str(tmp_path / "results")],
                           env=env, capture_output=True, text=True, timeout=120)
     assert "COLLECTOR=device has no run with SIM=mujoco" in _one_line_refusal(proc, "bench_matrix")
@@ -137,7 +137,7 @@ def test_matrix_alternates_cpu_mujoco_host_mjwarp_and_device_mjwarp_at_both_sett
     assert argv[argv.index("--collector") + 1] == "device" and argv[argv.index("--backend") + 1] == "mjwarp"
     assert bench_matrix.unplannable(["patched-default"], ["mujoco", "mjwarp"], ["host", "device"]) is None
     assert "unknown collector" in str(bench_matrix.unplannable(["patched-default"], ["mjwarp"], ["gpu"]))
-    lists = subprocess.run([sys.executable, str(EXPERIMENTS / "bench_configs.py"), "list", "collectors"],
+    lists = subprocess.run([sys.executable, str(BENCH / "bench_configs.py"), "list", "collectors"],
                            capture_output=True, text=True, check=True)
     assert lists.stdout.strip() == "host,device"
 

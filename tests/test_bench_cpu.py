@@ -1,4 +1,4 @@
-"""CPU-only tests of the training benchmark harness (experiments/bench_*.py).
+"""CPU-only tests of the training benchmark harness (experiments/bench/).
 
 What a GPU run cannot be trusted to catch by itself: the no-CUDA refusal (one line,
 non-zero, nothing written), the original report's command line still parsing into the
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = PROJECT / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
+BENCH = PROJECT / "experiments" / "bench"
+sys.path[:0] = [str(PROJECT / "experiments" / folder) for folder in ("bench", "evidence", "tables")]
 
 import bench_configs  # noqa: E402
 import bench_driver  # noqa: E402
@@ -50,7 +50,7 @@ def test_no_cuda_one_error_line_nonzero_and_nothing_written(tmp_path: Path) -> N
     out = tmp_path / "run.json"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "benchmark_flashsac_training.py"), *ORIGINAL_ARGV, "--output", str(out)],
+        [sys.executable, str(BENCH / "benchmark_flashsac_training.py"), *ORIGINAL_ARGV, "--output", str(out)],
         env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode != 0
@@ -65,7 +65,7 @@ def test_no_cuda_one_error_line_nonzero_and_nothing_written(tmp_path: Path) -> N
 def test_matrix_driver_refuses_without_cuda_and_writes_no_results(tmp_path: Path) -> None:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "bench_matrix.py"), "--quick", "--results-root", str(tmp_path / "results")],
+        [sys.executable, str(BENCH / "bench_matrix.py"), "--quick", "--results-root", str(tmp_path / "results")],
         env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode != 0
@@ -332,7 +332,7 @@ def test_hook_records_what_the_real_logger_receives(tmp_path: Path) -> None:
         "h.write_end('completed')\n"
     )
     env = dict(os.environ, FLASHSAC_BENCH_TIMINGS=str(sink),
-               PYTHONPATH=os.pathsep.join([str(EXPERIMENTS / "bench_child"), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([str(BENCH / "hook"), os.environ.get("PYTHONPATH", "")]))
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120, capture_output=True)
     meta, rows, end = single.read_timings(sink)
     assert meta["flashsac_source"].endswith("uni_rl")
@@ -347,7 +347,7 @@ def test_hook_records_what_the_real_logger_receives(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("panel", "tty"), [("always", "True"), ("never", "False")])
 def test_live_panel_gives_the_trainer_a_terminal_only_when_asked(tmp_path: Path, panel: str, tty: str) -> None:
-    from bench_child_runner import run_child
+    from bench_launcher import run_child
 
     result = run_child([sys.executable, "-c", "import sys; print(sys.stdout.isatty()); sys.exit(3)"],
                        cwd=tmp_path, env=dict(os.environ), panel=panel)  # type: ignore[arg-type]
@@ -356,7 +356,7 @@ def test_live_panel_gives_the_trainer_a_terminal_only_when_asked(tmp_path: Path,
 
 
 def test_timeout_ends_the_trainer_group(tmp_path: Path) -> None:
-    from bench_child_runner import run_child
+    from bench_launcher import run_child
 
     result = run_child([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path,
                        env=dict(os.environ), panel="never", timeout_s=1.0)
@@ -568,7 +568,7 @@ def test_committed_runs_with_legacy_names_read_as_the_table_names_them(tmp_path:
 
 
 def test_device_scripts_read_their_lists_from_the_table() -> None:
-    script = PROJECT / "experiments" / "bench_configs.py"
+    script = BENCH / "bench_configs.py"
     proc = subprocess.run([sys.executable, str(script), "list", "evidence"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip().split(",") == list(bench_configs.EVIDENCE_CONFIGS)
     assert set(bench_configs.EVIDENCE_CONFIGS) == set(bench_configs.MATRIX_CONFIGS)
@@ -602,10 +602,10 @@ def test_default_paths_follow_the_pins() -> None:
     pins = bench_env.PINS
     assert bench_env.DEFAULT_UNILAB_ROOT == PROJECT / "work" / f"unilab-{pins['UNILAB_VERSION']}"
     assert bench_env.BASELINE_UNI_RL_DIR.name == f"unilab-rl-{pins['UNILAB_RL_BASE_VERSION']}"
-    proc = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_env.py"), "path", "baseline-uni-rl"],
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_env.py"), "path", "baseline-uni-rl"],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and PROJECT / proc.stdout.strip() == bench_env.BASELINE_UNI_RL_DIR
-    bad = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_env.py"), "path", "nope"],
+    bad = subprocess.run([sys.executable, str(BENCH / "bench_env.py"), "path", "nope"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 

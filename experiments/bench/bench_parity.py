@@ -126,7 +126,7 @@ def write_report(out: Path, *, final_last: int, quick: bool = False) -> dict:
     text = (f"# FlashSAC learning parity: {out.name}\n\n"
             f"{'/'.join(map(str, iterations))} iterations, seeds {seeds}, schedule {', '.join(schedules)}, "
             f"{'/'.join(map(str, envs))} envs, batch {'/'.join(map(str, batch))}. Test (fixed before the runs, "
-            f"`experiments/parity_stats.py`): {100 * (1 - 2 * parity_stats.ALPHA):.0f}% Welch interval of "
+            f"`experiments/bench/parity_stats.py`): {100 * (1 - 2 * parity_stats.ALPHA):.0f}% Welch interval of "
             f"candidate − baseline inside ±{100 * parity_stats.MARGIN_FRACTION:.0f}% of the baseline's learning "
             f"gain, for both metrics."
             f"{' QUICK mode: smoke run, the verdict means nothing.' if quick else ''}\n\n"

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402  (the collector's env, built as the FlashSAC collector builds it)
 
 #: Smallest one-step change counted as motion (m or rad for qpos, per second for qvel): below it a row's

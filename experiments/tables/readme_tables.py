@@ -7,7 +7,7 @@ and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput
 ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
 seeds per physics), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
-headline's rows come from more than one study). ``python experiments/readme_tables.py`` rewrites every block of
+headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
 every such document from its folders; ``--check`` exits 1, naming the first stale block, when a document and
 results disagree (the test suite runs it).
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("bench", "evidence")]
 
 import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
@@ -29,7 +29,7 @@ import headline_table  # noqa: E402
 import mjwarp_report  # noqa: E402
 import time_to_reward  # noqa: E402
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
     "throughput": bench_report.throughput_table,
     "timings": bench_report.summary_table,
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stale = stale_blocks(text)
             if stale:
                 print(f"readme_tables: {doc.relative_to(PROJECT)} disagrees with results/ in {stale[0]} "
-                      "(run `python experiments/readme_tables.py`)", file=sys.stderr)
+                      "(run `python experiments/tables/readme_tables.py`)", file=sys.stderr)
                 return 1
     except ValueError as exc:
         print(f"readme_tables: error: {exc}", file=sys.stderr)

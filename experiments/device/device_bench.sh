@@ -5,9 +5,9 @@
 # straight under $OUT/results (so a run cut off by the device's time limit still brings back every finished run).
 # Prepare here: `make apply`; `make wheelhouse WHEELHOUSE=.whl` (git-ignored; ASSETS=<.tar.xz> where Hugging
 # Face is out of reach); the pristine baseline learner into work/bench/ (.venv/bin/python -c "import sys;
-# sys.path.insert(0, 'experiments'); import bench_driver; bench_driver.prepare_baseline(None, None)").
+# sys.path.insert(0, 'experiments/bench'); import bench_driver; bench_driver.prepare_baseline(None, None)").
 # Carry: .whl overlay/uni_rl overlay/MANIFEST.json work
-# Usage (on the device, from the repo root): experiments/device_bench.sh [make target] [VAR=value ...];
+# Usage (on the device, from the repo root): experiments/device/device_bench.sh [make target] [VAR=value ...];
 # extra bench_matrix options go in the environment variable BENCH_ARGS. `device_bench.sh install` only verifies
 # and installs the wheelhouse (do it once before starting several invocations in parallel: they then skip it).
 # Environment: WHEELHOUSE (.whl), OFFLINE_SITE (/tmp/flashsac-site).

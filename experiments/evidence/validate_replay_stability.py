@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_configs  # noqa: E402  (the configuration table)
 import bench_env  # noqa: E402  (VERSIONS.env, drift: one reader for the whole project)
 import learner_study  # noqa: E402  (the learner, batches and update loop shared with validate_numerics)

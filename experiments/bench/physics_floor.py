@@ -10,7 +10,7 @@ random controls inside the actuators' ranges (a walking policy's contacts, not a
 standing still), re-starting from the keyframe every ``RESTART_EVERY`` steps so the robot
 does not lie on the floor for most of the sample.
 
-``python experiments/physics_floor.py --unilab-root <tree> [--steps N]`` prints the JSON.
+``python experiments/bench/physics_floor.py --unilab-root <tree> [--steps N]`` prints the JSON.
 """
 
 from __future__ import annotations

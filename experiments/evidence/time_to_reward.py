@@ -26,7 +26,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import bench_parity  # noqa: E402
 import bench_report  # noqa: E402

@@ -10,14 +10,14 @@ set -uo pipefail
 work=/tmp/profile
 rm -rf "$work" && mkdir -p "$work"
 trap 'tar czf "$OUT/profile.tgz" -C "$work" .' EXIT
-bash experiments/device_bench.sh install || exit 1
+bash experiments/device/device_bench.sh install || exit 1
 site=${OFFLINE_SITE:-/tmp/flashsac-site}
 assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
 export PYTHONPATH=$site MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled PYTHONUNBUFFERED=1
 { date -u; nproc; lscpu | head -20; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
   >"$work/machine.txt" 2>&1
-tree=$(python3 experiments/bench_env.py path unilab-tree) || exit 1
-python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments'); import bench_env; \
+tree=$(python3 experiments/bench/bench_env.py path unilab-tree) || exit 1
+python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments/bench'); import bench_env; \
 print(bench_env.ensure_assets(Path('$tree').resolve(), Path('$assets')))" || exit 1
 spy=$site/bin/py-spy
 for gpu_setting in 0:report 1:unilab-default; do
@@ -25,7 +25,7 @@ for gpu_setting in 0:report 1:unilab-default; do
   cores=$((gpu * 16))-$((gpu * 16 + 15))
   (CUDA_VISIBLE_DEVICES=$gpu timeout -s INT -k 15 "${BUDGET_S:-540}" taskset -c "$cores" \
      "$spy" record --subprocesses --nonblocking --format raw --rate "${RATE:-100}" -o "$work/$setting.collapsed" -- \
-     python3 experiments/benchmark_flashsac_training.py --unilab-root "$tree" --setting "$setting" \
+     python3 experiments/bench/benchmark_flashsac_training.py --unilab-root "$tree" --setting "$setting" \
        --config "${CONFIG:-patched-default}" --iterations "${ITERATIONS:-300}" --summary-last 150 \
        --live-panel never --output "$work/$setting.json" >"$work/$setting.log" 2>&1
    echo "exit $?" >>"$work/$setting.log") &

@@ -1,4 +1,4 @@
-"""The numerics study of the patched FlashSAC learner (entry: experiments/validate_numerics.py).
+"""The numerics study of the patched FlashSAC learner (entry: experiments/evidence/validate_numerics.py).
 
 ``config``: the worker's configuration and the study's constants; ``worker``: one learner
 run in its own interpreter, on the learner ``learner`` builds; ``probes``: what a worker

@@ -3,7 +3,7 @@
 Every consumer derives from here, so that a name means the same learner and the same switches everywhere:
 the Hydra overrides of the single-run script (``--config NAME``) and of ``make bench``, the learner keyword
 arguments of the numerics and replay-stability studies (``learner_switches``), the device scripts
-(``python3 experiments/bench_configs.py list evidence``) and the tests. To add a configuration, add one
+(``python3 experiments/bench/bench_configs.py list evidence``) and the tests. To add a configuration, add one
 ``BenchConfig`` to ``CONFIGS`` (and its name to ``MATRIX_CONFIGS`` if ``make bench`` should run it).
 Who steps the env is not a configuration but a run dimension (``COLLECTORS``: the host collector or the
 device-resident one, ``make bench COLLECTOR=host,device``), as the physics is (``SIM=``); ``refusal`` says
@@ -59,7 +59,7 @@ Switches = tuple[tuple[str, bool], ...]
 TREE_LEARNING_RATES: tuple[tuple[str, float], ...] = (
     ("learning_rate_init", 3.0e-4), ("learning_rate_peak", 3.0e-4), ("learning_rate_end", 1.5e-4),
 )
-#: The parity check's negative control (experiments/bench_parity.py): the patched defaults with every learning
+#: The parity check's negative control (experiments/bench/bench_parity.py): the patched defaults with every learning
 #: rate divided by 10, chosen before any run as a learner that should learn measurably worse in 3000 iterations.
 NEGATIVE_CONTROL = "negative-control-lr10"
 

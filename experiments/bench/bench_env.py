@@ -19,12 +19,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(PROJECT_DIR / "scripts"))
 from patchset import api  # noqa: E402  (the applier's public API: pins, paths, status)
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parent
-HOOK_DIR = EXPERIMENTS_DIR / "bench_child"
+BENCH_DIR = Path(__file__).resolve().parent
+HOOK_DIR = BENCH_DIR / "hook"
 OVERLAY_DIR = PROJECT_DIR / "overlay"
 PINS = api.load_pins()
 #: The applier's embedded tree (``make apply`` without UNILAB=): work/unilab-<UNILAB_VERSION>.

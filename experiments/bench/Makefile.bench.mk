@@ -1,4 +1,4 @@
-# Benchmark targets; included by the main Makefile (-include experiments/Makefile.bench.mk).
+# Benchmark targets; included by the main Makefile (-include experiments/bench/Makefile.bench.mk).
 #
 #   make bench [QUICK=1] [UNILAB=<tree>] [PYTHON=<UniLab interpreter>] [ITERATIONS=1000] [SUMMARY_LAST=500]
 #              [SETTING=report|unilab-default|report,unilab-default] [SIM=mujoco|mjwarp|mujoco,mjwarp] [SCHEDULES=2,8] [CONFIGS=baseline-1.3.2,eager,...] [REPEATS=1] [UNILAB_ASSETS=<dir|.tar.xz>]
@@ -12,7 +12,7 @@
 # interpreter (PYTHON=...). On a host without network: `make bench OFFLINE=<wheelhouse>` (docs/offline-host.md)
 # verifies and installs the wheelhouse first, then runs on python3 with its wheels and G1 assets.
 # CHECK_NUMERICS / CHECK_REPLAY: commands run first on the same machine; their `passed` flags go in every run JSON.
-# CHECKS_JSON: the results of those checks run earlier on this machine (experiments/device_evidence.sh), embedded instead.
+# CHECKS_JSON: the results of those checks run earlier on this machine (experiments/device/device_evidence.sh), embedded instead.
 
 BENCH_PY = $(or $(PYTHON),$(if $(wildcard $(PY)),$(PY),python3))
 BENCH_COMMON = $(if $(UNILAB),--unilab-root "$(UNILAB)") $(if $(UNILAB_ASSETS),--assets "$(UNILAB_ASSETS)") \
@@ -25,16 +25,16 @@ BENCH_COMMON = $(if $(UNILAB),--unilab-root "$(UNILAB)") $(if $(UNILAB_ASSETS),-
 # (bench_env.BASELINE_UNI_RL_DIR: named by VERSIONS.env's UNILAB_RL_BASE_VERSION)
 BENCH_BASELINE_ROOT ?= work/bench/unilab-rl-$(shell sed -n 's/^UNILAB_RL_BASE_VERSION=//p' VERSIONS.env)
 ifeq ($(NO_CHECKS)$(CHECKS_JSON),)
-CHECK_NUMERICS ?= $(if $(wildcard experiments/validate_numerics.py),$(BENCH_PY) experiments/validate_numerics.py --mode gpu \
+CHECK_NUMERICS ?= $(if $(wildcard experiments/evidence/validate_numerics.py),$(BENCH_PY) experiments/evidence/validate_numerics.py --mode gpu \
   --baseline-root $(BENCH_BASELINE_ROOT) --patched-root overlay --output work/bench-checks/numerics.json)
-CHECK_REPLAY ?= $(if $(wildcard experiments/validate_replay_stability.py),$(BENCH_PY) experiments/validate_replay_stability.py \
+CHECK_REPLAY ?= $(if $(wildcard experiments/evidence/validate_replay_stability.py),$(BENCH_PY) experiments/evidence/validate_replay_stability.py \
   --patched-root overlay $(if $(filter 1,$(QUICK)),--iterations 100) --output work/bench-checks/replay.json)
 endif
 
 .PHONY: bench bench-parity bench-report
 
 bench:
-	$(BENCH_PY) experiments/bench_matrix.py $(BENCH_COMMON) \
+	$(BENCH_PY) experiments/bench/bench_matrix.py $(BENCH_COMMON) \
 	  $(if $(SUMMARY_LAST),--summary-last $(SUMMARY_LAST)) $(if $(SCHEDULES),--schedules $(SCHEDULES)) \
 	  $(if $(SETTING),--settings $(SETTING)) $(if $(SIM),--sims $(SIM)) $(if $(COLLECTOR),--collectors $(COLLECTOR)) \
 	  $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(APPLY),--apply) \
@@ -43,8 +43,8 @@ bench:
 	  $(if $(CHECKS_JSON),--checks-json "$(CHECKS_JSON)") $(BENCH_ARGS)
 
 bench-parity:
-	$(BENCH_PY) experiments/bench_parity.py $(BENCH_COMMON) $(if $(SEEDS),--seeds $(SEEDS)) $(BENCH_ARGS)
+	$(BENCH_PY) experiments/bench/bench_parity.py $(BENCH_COMMON) $(if $(SEEDS),--seeds $(SEEDS)) $(BENCH_ARGS)
 
 bench-report:
 	@test -n "$(DIR)" || { echo "bench-report: set DIR=results/<machine>-<date>" >&2; exit 2; }
-	$(BENCH_PY) experiments/bench_report.py "$(DIR)"
+	$(BENCH_PY) experiments/bench/bench_report.py "$(DIR)"

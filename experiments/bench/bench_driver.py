@@ -29,7 +29,7 @@ import bench_env  # also puts scripts/ (the applier's patchset package) on sys.p
 from bench_env import BenchSetupError
 from patchset.api import PatchsetError, extract_wheel_package, pinned_artifact
 
-SINGLE_RUN = bench_env.EXPERIMENTS_DIR / "benchmark_flashsac_training.py"
+SINGLE_RUN = bench_env.BENCH_DIR / "benchmark_flashsac_training.py"
 BASELINE_DIR = bench_env.BASELINE_UNI_RL_DIR
 PRISTINE_TREE_DIR = bench_env.PRISTINE_TREE_DIR
 

@@ -1,7 +1,7 @@
 """The command line of ``validate_numerics.py``: ``--mode cpu|gpu`` runs a mode and writes its report.
 
 ``--worker`` (hidden) is how the parent starts a worker: the same script, so the worker
-gets the same ``sys.path`` (the experiments directory) with its own root put first.
+gets the same ``sys.path`` (experiments/evidence/ and experiments/bench/) with its own root put first.
 """
 
 from __future__ import annotations

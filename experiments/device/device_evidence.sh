@@ -11,7 +11,7 @@
 #           all concurrently: learning curves, not timing; `bench_parity.py --report DIR` merges them afterwards.
 #   ttr     time to reward: one `make bench-parity` run per arm of TTR_ARMS (seed TTR_SEED), concurrently on
 #           GPU $PARITY_GPU, each pinned to its own block of CORES_PER_RUN (5) cores: the runs' wall clocks are
-#           those of a 5-core machine each (experiments/time_to_reward.py reads them). Run it alone.
+#           those of a 5-core machine each (experiments/evidence/time_to_reward.py reads them). Run it alone.
 #   bench   `make bench` with one schedule per GPU, each alternating over every configuration: the ratios
 #           of a table row come from runs made side by side on one GPU. Run it alone.
 #   pinned  collector figures (CPU-bound): `make bench` per GPU, each pinned to its own block of CORES_PER_GPU
@@ -30,7 +30,7 @@
 #           report's setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run
 #           dirs and checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
 #   sim2sim-eval   a later call on the same (warm) machine: each checkpoint of $SIM2SIM_DIR evaluated on CPU
-#           MuJoCo (experiments/policy_eval.py, EVAL_STEPS (1000) steps × 256 envs, evaluation seed 1), all
+#           MuJoCo (experiments/evidence/policy_eval.py, EVAL_STEPS (1000) steps × 256 envs, evaluation seed 1), all
 #           concurrently, each on its own core with one math thread; `policy_eval_report.py <folder of the eval JSONs>`
 #           writes the README.
 #
@@ -47,7 +47,7 @@ budget=${BUDGET_S:-540}
 work=/tmp/evidence
 rm -rf "$work" && mkdir -p "$work"
 trap 'tar czf "$OUT/evidence.tgz" -C "$work" .' EXIT
-bash experiments/device_bench.sh install || exit 1
+bash experiments/device/device_bench.sh install || exit 1
 export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
   PYTHONUNBUFFERED=1
 # The warm-up's compile artifacts (uni_rl 0019) go into the archive; a carried .compile-cache/ (an earlier
@@ -59,10 +59,10 @@ assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
 { date -u; nproc; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
   >"$work/machine.txt" 2>&1
 # Seed the G1 assets once, before parallel invocations would each try to.
-tree=$(python3 experiments/bench_env.py path unilab-tree) || exit 1
-baseline=$(python3 experiments/bench_env.py path baseline-uni-rl) || exit 1
+tree=$(python3 experiments/bench/bench_env.py path unilab-tree) || exit 1
+baseline=$(python3 experiments/bench/bench_env.py path baseline-uni-rl) || exit 1
 sim2sim=${SIM2SIM_DIR:-/tmp/sim2sim}
-python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments'); import bench_env; \
+python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments/bench'); import bench_env; \
 print(bench_env.ensure_assets(Path('$tree').resolve(), Path('$assets')))" || exit 1
 
 on_gpu() {  # on_gpu <gpu> <log name> <command...>: run in the background, bounded by the budget
@@ -74,20 +74,20 @@ on_gpu() {  # on_gpu <gpu> <log name> <command...>: run in the background, bound
 for mode in "$@"; do
   case $mode in
     checks)
-      on_gpu "${NUMERICS_GPU:-0}" numerics python3 experiments/validate_numerics.py --mode gpu \
+      on_gpu "${NUMERICS_GPU:-0}" numerics python3 experiments/evidence/validate_numerics.py --mode gpu \
         --baseline-root "$baseline" --patched-root overlay --output "$work/validate_numerics_gpu.json"
-      paths=$(python3 experiments/bench_configs.py list replay-paths) || exit 1
+      paths=$(python3 experiments/bench/bench_configs.py list replay-paths) || exit 1
       for path in ${paths//,/ }; do
-        on_gpu "${REPLAY_GPU:-0}" "replay-$path" python3 experiments/validate_replay_stability.py \
+        on_gpu "${REPLAY_GPU:-0}" "replay-$path" python3 experiments/evidence/validate_replay_stability.py \
           --patched-root overlay --paths "$path" --iterations "${REPLAY_ITERATIONS:-1000}" \
           --output "$work/replay-$path.json"
       done
       ;;
     parity)
       for seed in ${SEEDS:-1 2 3 4 5}; do
-        arms=${PARITY_ARMS:-$(python3 experiments/bench_parity.py --list-arms)} || exit 1
+        arms=${PARITY_ARMS:-$(python3 experiments/bench/bench_parity.py --list-arms)} || exit 1
         for arm in ${arms//,/ }; do
-          on_gpu "${PARITY_GPU:-0}" "parity-$arm-seed$seed" bash experiments/device_bench.sh bench-parity \
+          on_gpu "${PARITY_GPU:-0}" "parity-$arm-seed$seed" bash experiments/device/device_bench.sh bench-parity \
             SEEDS="$seed" ITERATIONS="${PARITY_ITERATIONS:-3000}" \
             BENCH_ARGS="--arms $arm --results-root $work/parity-$arm-seed$seed"
         done
@@ -95,18 +95,18 @@ for mode in "$@"; do
       ;;
     ttr)
       per=${CORES_PER_RUN:-5} index=0
-      arms=${TTR_ARMS:-$(python3 experiments/time_to_reward.py --list-arms)} || exit 1
+      arms=${TTR_ARMS:-$(python3 experiments/evidence/time_to_reward.py --list-arms)} || exit 1
       for arm in ${arms//,/ }; do
         cores=$((index * per))-$((index * per + per - 1)) index=$((index + 1))
-        on_gpu "${PARITY_GPU:-0}" "ttr-$arm" taskset -c "$cores" bash experiments/device_bench.sh bench-parity \
+        on_gpu "${PARITY_GPU:-0}" "ttr-$arm" taskset -c "$cores" bash experiments/device/device_bench.sh bench-parity \
           SEEDS="${TTR_SEED:-1}" ITERATIONS="${PARITY_ITERATIONS:-3000}" \
           BENCH_ARGS="--arms $arm --results-root $work/ttr-$arm"
       done
       ;;
     bench)
-      configs=${CONFIGS:-$(python3 experiments/bench_configs.py list evidence)} || exit 1
+      configs=${CONFIGS:-$(python3 experiments/bench/bench_configs.py list evidence)} || exit 1
       for gpu_schedule in 0:2 1:8; do
-        on_gpu "${gpu_schedule%%:*}" "bench-schedule${gpu_schedule##*:}" bash experiments/device_bench.sh bench \
+        on_gpu "${gpu_schedule%%:*}" "bench-schedule${gpu_schedule##*:}" bash experiments/device/device_bench.sh bench \
           SCHEDULES="${gpu_schedule##*:}" CONFIGS="$configs" ITERATIONS="${ITERATIONS:-300}" \
           SUMMARY_LAST="${SUMMARY_LAST:-150}" TIMEOUT_S=300 NO_CHECKS=1 ${CHECKS_JSON:+CHECKS_JSON=$CHECKS_JSON} \
           BENCH_ARGS="--results-root $work/schedule${gpu_schedule##*:}"
@@ -120,16 +120,16 @@ for mode in "$@"; do
         checks_var=GPU${gpu}_CHECKS
         cores=$((gpu * per))-$((gpu * per + per - 1))
         # shellcheck disable=SC2086  # the plan is a list of make variables
-        on_gpu "$gpu" "pinned-gpu$gpu" bash -c "taskset -c $cores bash experiments/device_bench.sh bench \
+        on_gpu "$gpu" "pinned-gpu$gpu" bash -c "taskset -c $cores bash experiments/device/device_bench.sh bench \
           ${!plan_var} ITERATIONS=${ITERATIONS:-1000} SUMMARY_LAST=${SUMMARY_LAST:-500} NO_CHECKS=1 \
           BENCH_ARGS='--results-root $work/gpu$gpu'; echo \"bench exit \$?\"
-          if [ -n '${!checks_var:-}' ]; then taskset -c $cores python3 experiments/validate_numerics.py --mode gpu \
+          if [ -n '${!checks_var:-}' ]; then taskset -c $cores python3 experiments/evidence/validate_numerics.py --mode gpu \
             --baseline-root $baseline --patched-root overlay \
             --output $work/validate_numerics_gpu.json; fi"
       done
       ;;
     collectors)
-      collectors=$(python3 experiments/bench_configs.py list collectors) || exit 1
+      collectors=$(python3 experiments/bench/bench_configs.py list collectors) || exit 1
       settings=(${COLLECTOR_SETTINGS:-report unilab-default}) gpus=(${COLLECTOR_GPUS:-0}) per=${CORES_PER_GPU:-16}
       plan="SIM=${COLLECTOR_SIMS:-mujoco,mjwarp} COLLECTOR=$collectors CONFIGS=${COLLECTOR_CONFIGS:-patched-default} \
         SCHEDULES=${SCHEDULES:-2} \
@@ -137,13 +137,13 @@ for mode in "$@"; do
       if [ ${#gpus[@]} -eq 1 ]; then
         all=$(IFS=,; echo "${settings[*]}")
         # shellcheck disable=SC2086  # the plan is a list of make variables
-        on_gpu "${gpus[0]}" collectors bash experiments/device_bench.sh bench SETTING="$all" $plan \
+        on_gpu "${gpus[0]}" collectors bash experiments/device/device_bench.sh bench SETTING="$all" $plan \
           BENCH_ARGS="--results-root $work/collectors"
       elif [ ${#gpus[@]} -eq ${#settings[@]} ]; then
         for index in "${!settings[@]}"; do
           gpu=${gpus[$index]} setting=${settings[$index]} cores=$((index * per))-$((index * per + per - 1))
           # shellcheck disable=SC2086
-          on_gpu "$gpu" "collectors-$setting" taskset -c "$cores" bash experiments/device_bench.sh bench \
+          on_gpu "$gpu" "collectors-$setting" taskset -c "$cores" bash experiments/device/device_bench.sh bench \
             SETTING="$setting" $plan BENCH_ARGS="--results-root $work/collectors-$setting"
         done
       else
@@ -156,7 +156,7 @@ for mode in "$@"; do
         collector=host
         [ "$arm" = mjwarp-device ] && collector=device
         for seed in ${SEEDS:-1 2 3 4 5}; do
-          on_gpu 0 "train-$arm-seed$seed" python3 experiments/benchmark_flashsac_training.py --unilab-root "$tree" \
+          on_gpu 0 "train-$arm-seed$seed" python3 experiments/bench/benchmark_flashsac_training.py --unilab-root "$tree" \
             --setting report --config patched-default --backend "${arm%-device}" --collector "$collector" \
             --seed "$seed" --iterations "${SIM2SIM_ITERATIONS:-3000}" --live-panel never \
             --run-dir "$sim2sim/$arm-seed$seed" --output "$sim2sim/$arm-seed$seed.json"
@@ -172,12 +172,12 @@ for mode in "$@"; do
         name=$(basename "$run")
         checkpoint=$(find "$run" -name 'model_*.pt' | sort -V | tail -1)
         [ -n "$checkpoint" ] || { echo "sim2sim-eval: no checkpoint under $run" >&2; continue; }
-        # CPU only (no GPU visible), from the tree root with the overlay first, as experiments/policy_eval.py says.
+        # CPU only (no GPU visible), from the tree root with the overlay first, as experiments/evidence/policy_eval.py says.
         # One core and one math thread each: ten evaluations left to their default thread pools on 16 cores
         # oversubscribed them so far that none finished in 300 s; pinned, each takes about 100 s.
         on_gpu "" "eval-$name" env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 taskset -c $((index % cores)) bash -c \
           "cd '$tree' && PYTHONPATH='$PWD/overlay:$tree/src:$PYTHONPATH' \
-          python3 '$PWD/experiments/policy_eval.py' --checkpoint '$checkpoint' --training-run '$sim2sim/$name.json' \
+          python3 '$PWD/experiments/evidence/policy_eval.py' --checkpoint '$checkpoint' --training-run '$sim2sim/$name.json' \
           --num-envs 256 --steps ${EVAL_STEPS:-1000} --seeds 1 --label '$name' \
           --output '$work/sim2sim-eval/$name.json'"
         index=$((index + 1))

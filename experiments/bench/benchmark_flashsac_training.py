@@ -8,7 +8,7 @@ and the reward, as the production runner reports them to its logger (see
 ``bench_child/flashsac_bench_hook.py``). Writes one JSON whose field names are the
 original report's, so that its readers' command line and tools keep working::
 
-    experiments/benchmark_flashsac_training.py --unilab-root <tree> --backend mujoco \\
+    experiments/bench/benchmark_flashsac_training.py --unilab-root <tree> --backend mujoco \\
         --iterations 1000 --summary-last 500 --num-envs 256 --batch-size 256 \\
         --replay-buffer-n 32 --learning-starts 8 --updates-per-step 2 \\
         --policy-frequency 2 --compile --output run.json
@@ -42,7 +42,7 @@ import bench_configs  # noqa: E402
 import bench_env  # noqa: E402
 import bench_stats  # noqa: E402
 import physics_floor  # noqa: E402
-from bench_child_runner import run_child  # noqa: E402
+from bench_launcher import run_child  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 
 PROG = "benchmark_flashsac_training"
