@@ -34,10 +34,12 @@ sys.path[:0] = [str(BENCH), str(PROJECT / "experiments" / "evidence")]
 
 import bench_configs  # noqa: E402
 import bench_driver  # noqa: E402
+import bench_env  # noqa: E402
 import bench_matrix  # noqa: E402
+import bench_options  # noqa: E402
+import bench_records  # noqa: E402
 import bench_report  # noqa: E402
 import bench_stats  # noqa: E402
-import benchmark_flashsac_training as single  # noqa: E402
 import mjwarp_report  # noqa: E402
 
 SINGLE = BENCH / "benchmark_flashsac_training.py"
@@ -79,8 +81,8 @@ def _resolve(tree: tuple[Path, Path], overrides: list[str]) -> list[str]:
 
 def _overrides(*argv: str) -> list[str]:
     """The single-run script's Hydra command line, without the run's log folder."""
-    args = single.parse_args(["--unilab-root", "/x", "--setting", "report", "--config", "patched-default", *argv])
-    return [o for o in single.hydra_overrides(args, Path("/logs")) if not o.startswith("training.log_dir=")]
+    args = bench_options.parse_args(["--unilab-root", "/x", "--setting", "report", "--config", "patched-default", *argv])
+    return [o for o in bench_options.hydra_overrides(args, Path("/logs")) if not o.startswith("training.log_dir=")]
 
 
 def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_env(tree: tuple[Path, Path]) -> None:
@@ -122,8 +124,8 @@ def test_device_collector_on_cpu_mujoco_is_refused_in_one_line_before_cuda(tmp_p
     assert "CUDA is required" in _one_line_refusal(proc, "benchmark_flashsac_training")
     # The references have the host collector only, and a CPU smoke run of the host collector is refused.
     assert "only the host collector" in str(bench_configs.refusal("baseline-1.3.2", "mujoco", "device"))
-    with pytest.raises(single.BenchSetupError, match="--cpu-smoke runs the device collector only"):
-        single.require_runnable(single.parse_args(["--backend", "mjwarp", "--cpu-smoke"]))
+    with pytest.raises(bench_env.BenchSetupError, match="--cpu-smoke runs the device collector only"):
+        bench_options.require_runnable(bench_options.parse_args(["--backend", "mjwarp", "--cpu-smoke"]))
 
 
 def test_matrix_alternates_cpu_mujoco_host_mjwarp_and_device_mjwarp_at_both_settings() -> None:
@@ -144,12 +146,12 @@ def test_matrix_alternates_cpu_mujoco_host_mjwarp_and_device_mjwarp_at_both_sett
 
 def test_the_trainer_records_name_the_collector_and_a_mismatch_fails_the_run() -> None:
     summary = {"collector": "device-resident", "host_syncs_per_iteration": 3.0, "collector_phases_ms": {}}
-    assert single.collector_record("device", {"collector": "device-resident"}, summary)["error"] is None
-    host = single.collector_record("host", {"collector": None, "pid": 1}, {"status": "completed"})
+    assert bench_records.collector_record("device", {"collector": "device-resident"}, summary)["error"] is None
+    host = bench_records.collector_record("host", {"collector": None, "pid": 1}, {"status": "completed"})
     assert (host["collector"], host["run_summary"], host["error"]) == ("host", None, None)
-    assert single.collector_record("host", {}, None)["collector"] == "host"  # logged nothing: as asked
+    assert bench_records.collector_record("host", {}, None)["collector"] == "host"  # logged nothing: as asked
     # Control: asked for the device collector, the learner's manifest names none (the host runner ran).
-    wrong = single.collector_record("device", {"collector": None, "pid": 1}, None)
+    wrong = bench_records.collector_record("device", {"collector": None, "pid": 1}, None)
     assert wrong["collector"] == "host" and "asked for the device-resident collector" in str(wrong["error"])
 
 

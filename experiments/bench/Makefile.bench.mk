@@ -4,9 +4,11 @@
 #              [SETTING=report|unilab-default|report,unilab-default] [SIM=mujoco|mjwarp|mujoco,mjwarp] [SCHEDULES=2,8] [CONFIGS=baseline-1.3.2,eager,...] [REPEATS=1] [UNILAB_ASSETS=<dir|.tar.xz>]
 #              [COLLECTOR=host|device|host,device]   (device: the device-resident collector, SIM=mjwarp runs only)
 #              [APPLY=1] [SKIP_VERIFY=1] [TIMEOUT_S=<per run>]
+#              [MACHINE=h200] [STUDY=bench]   (the run's folder: results/<date>-<machine>-<study>/)
 #              [NO_CHECKS=1 | CHECK_NUMERICS='<cmd>' CHECK_REPLAY='<cmd>' | CHECKS_JSON=<file>] [BENCH_ARGS=...]
 #   make bench-parity [QUICK=1] [SEEDS=1,2,3,4,5] [ITERATIONS=3000] [BENCH_ARGS="--arms A,B"] ...   (exit 0: trusted check)
-#   make bench-report DIR=results/<machine>-<date>     (rebuild summary.md + timings.png from the JSON)
+#                     (results/<date>-<machine>-parity/ unless STUDY= names another study)
+#   make bench-report DIR=results/<date>-<machine>-<study>   (rebuild summary.md + timings.png from the JSON)
 #
 # Needs CUDA (exits with one error line otherwise). No dependency on `setup`: a GPU host brings its own
 # interpreter (PYTHON=...). On a host without network: `make bench OFFLINE=<wheelhouse>` (docs/offline-host.md)
@@ -18,7 +20,8 @@ BENCH_PY = $(or $(PYTHON),$(if $(wildcard $(PY)),$(PY),python3))
 BENCH_COMMON = $(if $(UNILAB),--unilab-root "$(UNILAB)") $(if $(UNILAB_ASSETS),--assets "$(UNILAB_ASSETS)") \
                $(if $(SKIP_VERIFY),--skip-verify) $(if $(filter 1,$(QUICK)),--quick) \
                $(if $(ITERATIONS),--iterations $(ITERATIONS)) $(if $(TIMEOUT_S),--timeout-s $(TIMEOUT_S)) \
-               $(if $(BASELINE_WHEEL),--baseline-wheel "$(BASELINE_WHEEL)")
+               $(if $(BASELINE_WHEEL),--baseline-wheel "$(BASELINE_WHEEL)") \
+               $(if $(MACHINE),--machine "$(MACHINE)") $(if $(STUDY),--study "$(STUDY)")
 
 # The numerics and replay-stability checks of the series, run first on the same machine (NO_CHECKS=1 skips them).
 # The driver extracts the pristine base learner to work/bench/unilab-rl-<version> before it runs them.
@@ -46,5 +49,5 @@ bench-parity:
 	$(BENCH_PY) experiments/bench/bench_parity.py $(BENCH_COMMON) $(if $(SEEDS),--seeds $(SEEDS)) $(BENCH_ARGS)
 
 bench-report:
-	@test -n "$(DIR)" || { echo "bench-report: set DIR=results/<machine>-<date>" >&2; exit 2; }
+	@test -n "$(DIR)" || { echo "bench-report: set DIR=results/<date>-<machine>-<study>" >&2; exit 2; }
 	$(BENCH_PY) experiments/bench/bench_report.py "$(DIR)"

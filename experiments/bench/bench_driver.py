@@ -3,10 +3,13 @@
 Both drivers call the single-run script as a subprocess per run, never in-process:
 each configuration imports a different ``uni_rl`` and Inductor state must not leak
 from one run into the next.
+
+Imported by ``bench_matrix.py`` (``make bench``) and ``bench_parity.py`` (``make bench-parity``).
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import getpass
 import json
@@ -19,7 +22,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from typing import Any
 import bench_configs
 import bench_env  # also puts scripts/ (the applier's patchset package) on sys.path
 from bench_env import BenchSetupError
+from bench_records import load_json_object
 from patchset.api import PatchsetError, extract_wheel_package, pinned_artifact
 
 SINGLE_RUN = bench_env.BENCH_DIR / "benchmark_flashsac_training.py"
@@ -34,14 +38,45 @@ BASELINE_DIR = bench_env.BASELINE_UNI_RL_DIR
 PRISTINE_TREE_DIR = bench_env.PRISTINE_TREE_DIR
 
 
-def machine_slug(gpu: str) -> str:
-    """'NVIDIA H200' -> 'nvidia-h200': the <machine> of results/<machine>-<date>/."""
-    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-") or "gpu"
+#: The <machine> and <study> of results/<date>-<machine>-<study>/, as the results index accepts them
+#: (tables/results_index.py builds its folder-name rule from these two).
+MACHINE_TOKEN = re.compile(r"[a-z0-9]+")
+STUDY_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
-def results_dir(root: Path, machine: str, suffix: str = "") -> Path:
-    """A fresh results/<machine>-<date>[suffix]/ (a second invocation the same day gets -2, -3...)."""
-    base = f"{machine}-{datetime.date.today().isoformat()}{suffix}"
+def machine_token(gpu: str, gpus: int) -> str:
+    """'NVIDIA H200' on one GPU -> 'h200', on two -> 'h200x2': the default <machine> of a results folder.
+
+    The model without the vendor, as the committed evidence names its machines, and the number of GPUs the
+    invocation sees when there are several, so that a folder's name says what it ran on.
+    """
+    model = re.sub(r"[^a-z0-9]", "", re.sub(r"^\s*nvidia\b", "", gpu.lower())) or "gpu"
+    return f"{model}x{gpus}" if gpus > 1 else model
+
+
+def this_machine(gpu: str) -> str:
+    """The default <machine> of this invocation: its GPU model and how many GPUs it sees."""
+    import torch
+
+    return machine_token(gpu, torch.cuda.device_count())
+
+
+def name_part(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    """An argparse type for --machine / --study: a name the results index accepts, or a usage error."""
+    def check(text: str) -> str:
+        if not pattern.fullmatch(text):
+            raise argparse.ArgumentTypeError(
+                f"{what} {text!r} must match {pattern.pattern} (results/<date>-<machine>-<study>/)")
+        return text
+    return check
+
+
+def results_dir(root: Path, machine: str, study: str) -> Path:
+    """A fresh results/<date>-<machine>-<study>/ (a second invocation the same day gets -2, -3...).
+
+    Named as committed evidence is named, so that a run's folder can be committed as it is and indexed.
+    """
+    base = f"{datetime.date.today().isoformat()}-{machine}-{study}"
     candidate, n = root / base, 1
     while candidate.exists():
         n += 1
@@ -129,15 +164,6 @@ def run_checks(commands: Sequence[tuple[str, str]], cwd: Path) -> dict[str, Any]
         results[name] = {"passed": proc.returncode == 0, "returncode": proc.returncode,
                          "command": command, "wall_s": round(time.monotonic() - started, 1)}
     return results
-
-
-def load_json_object(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``, or None when it is missing, unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def parse_check(text: str) -> tuple[str, str]:

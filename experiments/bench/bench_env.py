@@ -4,6 +4,9 @@ Everything here is checked *before* a long GPU run starts, because a benchmark t
 runs for an hour on the wrong learner, without assets or on a CPU is worse than one
 that refuses in a second. Kept apart from the run logic so the checks are testable
 on a CPU-only machine.
+
+Imported by every bench module and by the learner studies (pins, drift: one reader for the
+project); ``bench_env.py path NAME`` prints the paths the device scripts read (``PATHS``).
 """
 
 from __future__ import annotations

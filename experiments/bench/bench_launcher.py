@@ -6,6 +6,8 @@ pseudo-terminal of the same size and its bytes are copied through as they come; 
 log (CI, the lent GPU machine) it gets a pipe and the log stays readable. The child
 runs in its own process group so that a timeout or Ctrl-C also ends the collectors
 it spawned, and nothing else.
+
+Used by ``benchmark_flashsac_training.py`` for the trainer, once per run.
 """
 
 from __future__ import annotations

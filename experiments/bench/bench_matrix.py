@@ -5,7 +5,7 @@ Runs alternate (configuration fastest, schedule next, round slowest; odd rounds 
 reverse order) so that drift of the machine during the invocation hits every
 configuration alike. Each run is the real UniLab FlashSAC training of
 ``benchmark_flashsac_training.py``; after each one the Markdown summary and the plot
-under ``results/<machine>-<date>/`` are rewritten, so an interrupted invocation still
+under ``results/<date>-<machine>-<study>/`` are rewritten, so an interrupted invocation still
 leaves its evidence. Exit status is non-zero when any run failed.
 """
 
@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_configs  # noqa: E402
 import bench_driver  # noqa: E402
 import bench_env  # noqa: E402
+import bench_records  # noqa: E402
 import bench_report  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 
@@ -65,7 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--quick", action="store_true", help=f"smoke mode: {QUICK}")
     p.add_argument("--results-root", type=Path, default=bench_env.PROJECT_DIR / "results")
-    p.add_argument("--machine", help="<machine> of results/<machine>-<date>/ (default: from the GPU name)")
+    p.add_argument("--machine", type=bench_driver.name_part(bench_driver.MACHINE_TOKEN, "--machine"),
+                   help="<machine> of results/<date>-<machine>-<study>/ (default: the GPU model and, when the "
+                        "invocation sees several, their number: h200, h200x2)")
+    p.add_argument("--study", type=bench_driver.name_part(bench_driver.STUDY_NAME, "--study"), default="bench",
+                   help="<study> of results/<date>-<machine>-<study>/ (default: bench; QUICK adds -quick)")
     p.add_argument("--assets", type=Path, default=Path(os.environ["UNILAB_ASSETS"]) if os.environ.get("UNILAB_ASSETS") else None)
     p.add_argument("--apply", action="store_true", help="run `make apply` before verifying the applied state")
     p.add_argument("--skip-verify", action="store_true",
@@ -223,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks = [bench_driver.parse_check(c) for c in args.check]
         if checks and args.checks_json is not None:
             raise BenchSetupError("--check and --checks-json exclude each other")
-        if args.checks_json is not None and bench_driver.load_json_object(args.checks_json) is None:
+        if args.checks_json is not None and bench_records.load_json_object(args.checks_json) is None:
             raise BenchSetupError(f"--checks-json {args.checks_json} is not a readable JSON object")
         reason = unplannable(args.configs, args.sims, args.collectors)
         if reason is not None:
@@ -233,8 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     cold = bench_driver.inductor_cache_empty()
-    out = bench_driver.results_dir(args.results_root, args.machine or bench_driver.machine_slug(device["gpu"]),
-                                   "-quick" if args.quick else "")
+    out = bench_driver.results_dir(args.results_root, args.machine or bench_driver.this_machine(device["gpu"]),
+                                   f"{args.study}-quick" if args.quick else args.study)
     logs_root = bench_env.PROJECT_DIR / "work" / "bench-logs" / out.name
     checks_json = None
     if checks:

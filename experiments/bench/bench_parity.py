@@ -55,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy-frequency", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="smoke mode: 60 iterations, 2 seeds (no verdict meaning)")
     p.add_argument("--results-root", type=Path, default=bench_env.PROJECT_DIR / "results")
-    p.add_argument("--machine")
+    p.add_argument("--machine", type=bench_driver.name_part(bench_driver.MACHINE_TOKEN, "--machine"),
+                   help="<machine> of results/<date>-<machine>-<study>/ (default: as make bench names it)")
+    p.add_argument("--study", type=bench_driver.name_part(bench_driver.STUDY_NAME, "--study"), default="parity",
+                   help="<study> of results/<date>-<machine>-<study>/ (default: parity; QUICK adds -quick)")
     p.add_argument("--assets", type=Path, default=Path(os.environ["UNILAB_ASSETS"]) if os.environ.get("UNILAB_ASSETS") else None)
     p.add_argument("--skip-verify", action="store_true", help="development only: do not require the applied state")
     p.add_argument("--overlay", type=Path, default=bench_env.OVERLAY_DIR)
@@ -171,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BenchSetupError, subprocess.CalledProcessError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
-    out = bench_driver.results_dir(args.results_root, args.machine or bench_driver.machine_slug(device["gpu"]),
-                                   "-parity-quick" if args.quick else "-parity")
+    out = bench_driver.results_dir(args.results_root, args.machine or bench_driver.this_machine(device["gpu"]),
+                                   f"{args.study}-quick" if args.quick else args.study)
     logs_root = bench_env.PROJECT_DIR / "work" / "bench-logs" / out.name
     common = ["--unilab-root", str(root), "--backend", "mujoco", "--iterations", str(args.iterations),
               "--summary-last", str(max(1, args.iterations // 2)), "--num-envs", str(args.num_envs),

@@ -2,9 +2,12 @@
 """Tables and plots from run JSON files written by ``benchmark_flashsac_training.py``.
 
 Separate from the runs so a report can be rebuilt (and tested on a CPU) from the JSON
-alone: ``python experiments/bench/bench_report.py results/<machine>-<date>/`` rewrites that
+alone: ``python experiments/bench/bench_report.py results/<date>-<machine>-<study>/`` rewrites that
 folder's summary.md and plots. Every number here is computed from the runs' per-iteration
 rows; nothing is typed in.
+
+Called by ``bench_matrix`` and ``bench_parity`` after every run, by ``make bench-report``, and by
+``tables/readme_tables.py`` for the documents' bench tables.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ can be unit-tested on a CPU-only machine, and so that old and new runs are summa
 by exactly the same code. Field names (``mean_ms``, ``median_ms``, ``p90_ms``, ...,
 ``rows_all``, ``rows``, ``summary_first_step``) follow the original report's JSON so
 that its readers' tools keep working on ours.
+
+Called by ``benchmark_flashsac_training.py`` (a run's summary fields) and by ``bench_report`` and the
+evidence reports (which read the same fields back).
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ Fixed before any committed parity run was made (and not to be tuned to its resul
 With few seeds the interval is wide, so a check like this can also fail an equal learner: that is the price
 of a check that can fail. The negative control (bench_configs.NEGATIVE_CONTROL) shows it does fail a learner
 that learns worse.
+
+Used by ``bench_parity`` (the verdict of ``make bench-parity``) and by the evidence that compares
+learning curves with the same test: ``evidence/time_to_reward.py``, ``evidence/mjwarp_report.py`` and
+``evidence/policy_eval_report.py``.
 """
 
 from __future__ import annotations

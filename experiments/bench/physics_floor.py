@@ -11,6 +11,8 @@ standing still), re-starting from the keyframe every ``RESTART_EVERY`` steps so 
 does not lie on the floor for most of the sample.
 
 ``python experiments/bench/physics_floor.py --unilab-root <tree> [--steps N]`` prints the JSON.
+
+``benchmark_flashsac_training.py`` measures it before every CPU MuJoCo run and records it in the run JSON.
 """
 
 from __future__ import annotations

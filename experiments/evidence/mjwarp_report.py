@@ -6,6 +6,8 @@ ratio), ``agreement`` (``mjwarp_agreement.py`` JSONs: one-step agreement with CP
 ``env-profile`` (``collector_profile.py --mode profile`` JSONs: the env alone, no learner, per phase) and
 ``sim-training`` (training runs of several seeds on each physics: learning per env step compared with
 ``parity_stats``' equivalence test, MJWarp against CPU MuJoCo).
+
+Imported by ``tables/readme_tables.py`` and ``tables/headline_table.py``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ world in the main ``Data``, and the same rows' forward in the scratch. ``qacc``,
 ``--no-gather`` skips the gather (scratch world ``i`` reads its zero-initialised fields), ``--main-model``
 runs the scratch over the main model as unisim-core 1.7.8 did (scratch world ``i`` reads main world ``i``):
 both must be reported as differing. Exit 0 iff equal; prints one JSON line.
+
+Run by ``tests/test_mjwarp_row_reset.py`` on Warp's CPU device, and on CUDA for the committed evidence.
 """
 
 from __future__ import annotations

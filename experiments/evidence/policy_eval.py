@@ -31,6 +31,8 @@ A checkpoint is either UniLab's layout (``<run dir>/<name>.pt`` beside ``run_con
 ``--training-last`` logged collector rewards, on the run's own simulator, with exploration noise) to the output.
 
 Run from a UniLab tree root with the overlay and the tree on PYTHONPATH; CPU only (torch CPU).
+
+Run by ``device/device_evidence.sh sim2sim-eval`` on a GPU host's CPUs and by ``tests/test_policy_eval.py``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 validate_replay_stability.py loads an eager learner with the graph learner's state before
 each iteration, runs both on the same batches and random stream, and gates what this
 module measures: the rounding of one iteration, per kind (``TRACKING_TOL``).
+
+Imported by ``validate_replay_stability.py``; the tests gate it on CPU runs.
 """
 
 from __future__ import annotations

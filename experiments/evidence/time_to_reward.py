@@ -14,6 +14,9 @@ unilab-rl 1.3.2, upstream 1.4.0, patched defaults), from the same runs:
   its own block of cores, all at once, and the table states the CPUs each run could use.
 
 Writes ttr.json, ttr.md and the two plots (reward vs env steps, reward vs wall clock) into the TTR folder.
+
+Called by ``tables/readme_tables.py`` (the ``ttr`` tables), by ``device/device_evidence.sh ttr``
+(``--list-arms``) and by hand on a folder of runs.
 """
 
 from __future__ import annotations

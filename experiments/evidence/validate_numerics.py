@@ -5,6 +5,9 @@ described in ``numerics.modes``):
 
     python3 experiments/evidence/validate_numerics.py --mode cpu|gpu --baseline-root DIR \\
         --patched-root DIR --output FILE.json
+
+Run by ``make bench`` first (``CHECK_NUMERICS``, GPU mode), by ``device/device_evidence.sh checks``, and
+in CPU mode by ``tests/test_learner_patches.py``.
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ the one deferred-metrics read). Checked at every iteration:
   kept a stale rate would fail the ``update`` comparison.
 * nothing compiles after the warm-up (dynamo's unique-graph counter does not move) and
   Inductor records no CUDA graph again.
+
+Run by ``make bench`` first (``CHECK_REPLAY``) and by ``device/device_evidence.sh checks``.
 """
 
 from __future__ import annotations

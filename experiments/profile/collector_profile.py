@@ -14,6 +14,11 @@ root-relative). Two modes:
 
 Actions: uniform in [-1, 1] from `numpy.random.default_rng(action_seed)`, drawn per step, so both sides of a
 comparison see the same sequence; random joint targets make the G1 fall, so episodes end and envs reset.
+
+Called by hand for the profiles in results/ (``--mode profile``), by ``tests/test_collector_trajectory.py``
+and ``tests/test_mjwarp_row_reset.py`` (``--mode trajectory``); its ``build_env`` is the one env builder of
+``collector_setconst_probe.py``, the device-env and MJWarp evidence (``evidence/``) and the device collector's
+test harness.
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Markdown table of the collector CPU profiles in a results folder: one row per run group (`<group>-r<N>.json`),
 the median over its runs of each phase's per-step mean, in ms (written by `collector_profile.py --mode profile`
-or `collector_setconst_probe.py --mode profile`)."""
+or `collector_setconst_probe.py --mode profile`).
+
+Run by hand on a results folder of such profiles (``python experiments/profile/collector_profile_report.py
+RESULTS_DIR``); its table goes into that folder's README.
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ mjbatch's own `model_field_specs()` says no derived constant depends on these fi
 recompute for them). This probe wraps `_commit_state` in-process so `set_const` is a no-op exactly in that case
 (`--skip-set-const`), then runs the harness of `collector_profile.py` (profile or trajectory), so the two settings
 can be compared bitwise and timed. Run it from a UniLab tree root with `PYTHONPATH=<tree>/src`.
+
+Run by hand; its findings are in results/2026-11-30-cpu2-collector-profile/README.md.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("bench", "evidence")]
 
+import bench_driver  # noqa: E402
 import bench_report  # noqa: E402
 import headline_table  # noqa: E402
 
@@ -34,7 +35,9 @@ MACHINES = {
 }
 #: Folders a tool writes wherever it runs, named by the tool rather than by date and machine.
 TOOL_FOLDERS = {"port-report": "any machine (`make port-report` downloads the release from PyPI)"}
-NAME = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})-(?P<machine>[a-z0-9]+)-(?P<study>[a-z0-9-]+)")
+#: ``make bench`` names its folders by the same rule (bench_driver.results_dir), so a run's folder is indexable as it is.
+NAME = re.compile(rf"(?P<date>\d{{4}}-\d{{2}}-\d{{2}})-(?P<machine>{bench_driver.MACHINE_TOKEN.pattern})"
+                  rf"-(?P<study>{bench_driver.STUDY_NAME.pattern})")
 #: Version fields of study JSONs: top-level key → package name (``None``: a dict of name → version).
 STUDY_VERSIONS: dict[str, str | None] = {"versions": None, "torch_version": "torch"}
 CITATION = re.compile(r"results/([\w.-]+)")

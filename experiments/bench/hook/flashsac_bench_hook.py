@@ -36,6 +36,9 @@ over: action sampling + collection, the part of the iteration that steps the env
 
 This file must only import the standard library at module level: it is imported
 before the trainer, and must not change which ``uni_rl`` gets imported.
+
+Started by ``benchmark_flashsac_training.py`` (``python -m flashsac_bench_hook``, with this folder,
+``bench_env.HOOK_DIR``, on the trainer's ``PYTHONPATH``).
 """
 
 from __future__ import annotations
