@@ -86,7 +86,7 @@ test: setup
 clean:
 	rm -rf .cache work overlay/uni_rl overlay/unisim overlay/MANIFEST.json
 
--include experiments/Makefile.bench.mk
+-include experiments/bench/Makefile.bench.mk
 ifdef OFFLINE
 bench bench-parity: setup
 endif

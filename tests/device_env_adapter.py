@@ -1,7 +1,7 @@
 """UniLab's real NumPy G1 Walk Flat env (CPU MuJoCo) behind uni_rl's DeviceVecEnv contract, for CPU tests.
 
 No fake env: every observation, reward, done and final observation comes from UniLab's own env stepping
-MuJoCo, built as the host collector builds it (`experiments/collector_profile.py`'s `build_env`: the tree's
+MuJoCo, built as the host collector builds it (`experiments/profile/collector_profile.py`'s `build_env`: the tree's
 Hydra config, `build_offpolicy_env_cfg_override`, the registry env factory). The adapter only converts: its
 outputs are torch tensors on the CPU, done rows' final observations come from the env's
 `final_observation` exactly where the host collector's `resolve_terminal_observation_contract` takes them,

@@ -1,4 +1,4 @@
-"""CPU-only tests of the training benchmark harness (experiments/bench_*.py).
+"""CPU-only tests of the training benchmark harness (experiments/bench/).
 
 What a GPU run cannot be trusted to catch by itself: the no-CUDA refusal (one line,
 non-zero, nothing written), the original report's command line still parsing into the
@@ -22,15 +22,17 @@ from pathlib import Path
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = PROJECT / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
+BENCH = PROJECT / "experiments" / "bench"
+sys.path[:0] = [str(PROJECT / "experiments" / folder) for folder in ("bench", "evidence", "tables")]
 
 import bench_configs  # noqa: E402
 import bench_driver  # noqa: E402
 import bench_env  # noqa: E402
+import bench_learner  # noqa: E402
+import bench_options  # noqa: E402
+import bench_records  # noqa: E402
 import bench_report  # noqa: E402
 import bench_stats  # noqa: E402
-import benchmark_flashsac_training as single  # noqa: E402
 
 REAL_RUN = PROJECT / "tests" / "data" / "bench_run_h200_upstream140_warm.json"
 ORIGINAL_ARGV = [
@@ -50,7 +52,7 @@ def test_no_cuda_one_error_line_nonzero_and_nothing_written(tmp_path: Path) -> N
     out = tmp_path / "run.json"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "benchmark_flashsac_training.py"), *ORIGINAL_ARGV, "--output", str(out)],
+        [sys.executable, str(BENCH / "benchmark_flashsac_training.py"), *ORIGINAL_ARGV, "--output", str(out)],
         env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode != 0
@@ -65,7 +67,7 @@ def test_no_cuda_one_error_line_nonzero_and_nothing_written(tmp_path: Path) -> N
 def test_matrix_driver_refuses_without_cuda_and_writes_no_results(tmp_path: Path) -> None:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "bench_matrix.py"), "--quick", "--results-root", str(tmp_path / "results")],
+        [sys.executable, str(BENCH / "bench_matrix.py"), "--quick", "--results-root", str(tmp_path / "results")],
         env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode != 0
@@ -77,30 +79,30 @@ def test_matrix_driver_refuses_without_cuda_and_writes_no_results(tmp_path: Path
 # ------------------------------------------------------------------ command line
 
 def test_original_command_line_parses_into_the_same_overrides(tmp_path: Path) -> None:
-    args = single.parse_args([*ORIGINAL_ARGV, "--output", "x.json"])
+    args = bench_options.parse_args([*ORIGINAL_ARGV, "--output", "x.json"])
     assert (args.iterations, args.summary_last, args.num_envs, args.batch_size) == (1000, 500, 256, 256)
     assert (args.replay_buffer_n, args.learning_starts, args.updates_per_step, args.policy_frequency) == (32, 8, 2, 2)
     assert args.compile is True and args.backend == "mujoco" and args.output == Path("x.json")
-    overrides = single.hydra_overrides(args, tmp_path / "logs")
+    overrides = bench_options.hydra_overrides(args, tmp_path / "logs")
     for expected in ("task=g1_walk_flat/mujoco", "algo.max_iterations=1000", "algo.num_envs=256",
                      "algo.batch_size=256", "algo.replay_buffer_n=32", "algo.learning_starts=8",
                      "algo.updates_per_step=2", "algo.policy_frequency=2", "training.no_play=true",
                      "++algo.algo_params.use_compile=true", "++algo.algo_params.compile_full_objectives=true",
                      f"training.log_dir='{tmp_path / 'logs'}'"):
         assert expected in overrides
-    assert single.config_identity(args) == ("compile", bench_configs.CONFIGS["compile"].label)
+    assert bench_options.config_identity(args) == ("compile", bench_configs.CONFIGS["compile"].label)
 
 
 def test_no_compile_turns_both_switches_off_and_config_is_exclusive() -> None:
-    args = single.parse_args([*ORIGINAL_ARGV[:-1], "--no-compile"])
-    overrides = single.hydra_overrides(args, Path("/tmp/l"))
+    args = bench_options.parse_args([*ORIGINAL_ARGV[:-1], "--no-compile"])
+    overrides = bench_options.hydra_overrides(args, Path("/tmp/l"))
     assert "++algo.algo_params.use_compile=false" in overrides
     assert "++algo.algo_params.compile_full_objectives=false" in overrides
     with pytest.raises(SystemExit) as exc:
-        single.parse_args([*ORIGINAL_ARGV, "--config", "eager"])
+        bench_options.parse_args([*ORIGINAL_ARGV, "--config", "eager"])
     assert exc.value.code == 2
     with pytest.raises(SystemExit):
-        single.parse_args([*ORIGINAL_ARGV[:-1], "--iterations", "0"])
+        bench_options.parse_args([*ORIGINAL_ARGV[:-1], "--iterations", "0"])
 
 
 def _switches(tree: Path, overrides: list[str]) -> dict[str, bool]:
@@ -120,14 +122,14 @@ def test_compile_flags_mean_exactly_the_named_configurations(
     flag: str, name: str, tmp_path: Path, patched_unilab_root: Path
 ) -> None:
     """--compile / --no-compile run exactly the named configuration they are labelled as."""
-    base = single.parse_args([*ORIGINAL_ARGV[:-1], "--output", "x.json"])
-    flagged = single.parse_args([*ORIGINAL_ARGV[:-1], flag, "--output", "x.json"])
-    named = single.parse_args([*ORIGINAL_ARGV[:-1], "--config", name, "--output", "x.json"])
+    base = bench_options.parse_args([*ORIGINAL_ARGV[:-1], "--output", "x.json"])
+    flagged = bench_options.parse_args([*ORIGINAL_ARGV[:-1], flag, "--output", "x.json"])
+    named = bench_options.parse_args([*ORIGINAL_ARGV[:-1], "--config", name, "--output", "x.json"])
     logs = tmp_path / "logs"
-    common = single.hydra_overrides(base, logs)
-    flag_overrides = single.hydra_overrides(flagged, logs)
-    assert flag_overrides == single.hydra_overrides(named, logs)
-    assert single.config_identity(flagged) == single.config_identity(named) == (
+    common = bench_options.hydra_overrides(base, logs)
+    flag_overrides = bench_options.hydra_overrides(flagged, logs)
+    assert flag_overrides == bench_options.hydra_overrides(named, logs)
+    assert bench_options.config_identity(flagged) == bench_options.config_identity(named) == (
         name, bench_configs.CONFIGS[name].label)
     # What the trainer really resolves: every switch as the named configuration sets it,
     # the tree's default graphs (whole-cycle graph, graphed inference) off.
@@ -156,28 +158,28 @@ def test_reference_configs_choose_their_learner_and_keep_the_overlay_off_the_pat
     base = tmp_path / "base"
     (base / "uni_rl").mkdir(parents=True)
     (base / "uni_rl" / "__init__.py").write_text("")
-    args = single.parse_args(["--config", "baseline-1.3.2", "--baseline-uni-rl", str(base), "--overlay", str(overlay)])
-    assert single.resolve_learner(args) == ("baseline", base.resolve())
-    args = single.parse_args(["--config", "upstream-1.4.0", "--overlay", str(overlay)])
-    source, path = single.resolve_learner(args)
+    args = bench_options.parse_args(["--config", "baseline-1.3.2", "--baseline-uni-rl", str(base), "--overlay", str(overlay)])
+    assert bench_learner.resolve_learner(args) == ("baseline", base.resolve())
+    args = bench_options.parse_args(["--config", "upstream-1.4.0", "--overlay", str(overlay)])
+    source, path = bench_learner.resolve_learner(args)
     assert (source, path) == ("installed", None)
-    site = single.provenance_site(overlay, path, tmp_path / "scratch")
+    site = bench_learner.provenance_site(overlay, path, tmp_path / "scratch")
     assert site is not None and (site / "sitecustomize.py").exists()
     assert not (site / "uni_rl").exists() and not (site / "unisim").exists()
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(overlay), "/elsewhere"]))
-    env = single.child_env(learner_path=None, prov_site=site, unilab_root=tmp_path / "ul", overlay=overlay,
+    env = bench_learner.child_env(learner_path=None, prov_site=site, unilab_root=tmp_path / "ul", overlay=overlay,
                            timings=tmp_path / "t.jsonl", provenance_dir=tmp_path / "p")
     entries = env["PYTHONPATH"].split(os.pathsep)
     assert str(overlay) not in entries and entries[0] == str(site) and "/elsewhere" in entries
-    assert single.source_matches("installed", None, "/site-packages/uni_rl", overlay)
-    assert not single.source_matches("installed", None, str(overlay / "uni_rl"), overlay)
-    assert not single.source_matches("baseline", base, "/site-packages/uni_rl", overlay)
+    assert bench_learner.source_matches("installed", None, "/site-packages/uni_rl", overlay)
+    assert not bench_learner.source_matches("installed", None, str(overlay / "uni_rl"), overlay)
+    assert not bench_learner.source_matches("baseline", base, "/site-packages/uni_rl", overlay)
 
 
 def test_overlay_learner_missing_is_a_clear_error(tmp_path: Path) -> None:
-    args = single.parse_args(["--overlay", str(tmp_path)])
+    args = bench_options.parse_args(["--overlay", str(tmp_path)])
     with pytest.raises(bench_env.BenchSetupError, match="make apply"):
-        single.resolve_learner(args)
+        bench_learner.resolve_learner(args)
 
 
 def test_schedules_are_the_original_reports() -> None:
@@ -189,7 +191,7 @@ def test_last_exception_line_finds_the_root_cause_not_hydra_exit() -> None:
     tail = ("Traceback (most recent call last):\n  File \"w.py\", line 1\n"
             "TimeoutError: Timed out waiting for off-policy inference tick 9\n"
             "│ TimeoutError: boxed copy │\n\x1b[31mError executing job with overrides: [...]\x1b[0m\n")
-    assert single.last_exception_line(tail) == "TimeoutError: Timed out waiting for off-policy inference tick 9"
+    assert bench_records.last_exception_line(tail) == "TimeoutError: Timed out waiting for off-policy inference tick 9"
 
 
 # ------------------------------------------------------------------ statistics
@@ -332,9 +334,9 @@ def test_hook_records_what_the_real_logger_receives(tmp_path: Path) -> None:
         "h.write_end('completed')\n"
     )
     env = dict(os.environ, FLASHSAC_BENCH_TIMINGS=str(sink),
-               PYTHONPATH=os.pathsep.join([str(EXPERIMENTS / "bench_child"), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([str(BENCH / "hook"), os.environ.get("PYTHONPATH", "")]))
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120, capture_output=True)
-    meta, rows, end = single.read_timings(sink)
+    meta, rows, end = bench_records.read_timings(sink)
     assert meta["flashsac_source"].endswith("uni_rl")
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[1]["learner_train_ms"] == pytest.approx(20.0) and rows[1]["iter_ms"] == pytest.approx(30.0)
@@ -347,7 +349,7 @@ def test_hook_records_what_the_real_logger_receives(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("panel", "tty"), [("always", "True"), ("never", "False")])
 def test_live_panel_gives_the_trainer_a_terminal_only_when_asked(tmp_path: Path, panel: str, tty: str) -> None:
-    from bench_child_runner import run_child
+    from bench_launcher import run_child
 
     result = run_child([sys.executable, "-c", "import sys; print(sys.stdout.isatty()); sys.exit(3)"],
                        cwd=tmp_path, env=dict(os.environ), panel=panel)  # type: ignore[arg-type]
@@ -356,7 +358,7 @@ def test_live_panel_gives_the_trainer_a_terminal_only_when_asked(tmp_path: Path,
 
 
 def test_timeout_ends_the_trainer_group(tmp_path: Path) -> None:
-    from bench_child_runner import run_child
+    from bench_launcher import run_child
 
     result = run_child([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path,
                        env=dict(os.environ), panel="never", timeout_s=1.0)
@@ -420,22 +422,44 @@ def test_matrix_alternates_configurations_and_reverses_odd_rounds() -> None:
     ]
 
 
+def test_a_run_folder_is_named_date_machine_study_as_the_index_accepts_it(tmp_path: Path) -> None:
+    """`make bench` writes results/<date>-<machine>-<study>/, a name results/README.md indexes as it is;
+    controls: a vendor-prefixed or dashed machine, and a study with a capital, are usage errors."""
+    import bench_matrix
+    import bench_parity
+    import results_index
+
+    assert bench_driver.machine_token("NVIDIA H200", 1) == "h200"
+    assert bench_driver.machine_token("NVIDIA H200", 2) == "h200x2"
+    first = bench_driver.results_dir(tmp_path, "h200", "bench")
+    second = bench_driver.results_dir(tmp_path, "h200", "bench")
+    date = first.name.removesuffix("-h200-bench")
+    assert results_index.NAME.fullmatch(first.name)["date"] == date and (first / "runs").is_dir()
+    assert second.name == f"{date}-h200-bench-2" and results_index.NAME.fullmatch(second.name)["study"] == "bench-2"
+    assert results_index._where(first.name)[1] == results_index.MACHINES["h200"]
+    assert bench_matrix.build_parser().parse_args([]).study == "bench"
+    assert bench_parity.build_parser().parse_args([]).study == "parity"
+    for argv in (["--machine", "nvidia-h200"], ["--machine", "H200"], ["--study", "Mjwarp"], ["--study", "-x"]):
+        with pytest.raises(SystemExit):
+            bench_matrix.build_parser().parse_args(argv)
+
+
 # ------------------------------------------------------------------ settings, throughput, physics floor
 
 def test_settings_fill_the_report_values_and_unilab_default_overrides_nothing() -> None:
-    args = single.parse_args(["--unilab-root", "/x", "--setting", "report", "--config", "patched-default"])
+    args = bench_options.parse_args(["--unilab-root", "/x", "--setting", "report", "--config", "patched-default"])
     assert (args.num_envs, args.batch_size, args.replay_buffer_n, args.learning_starts) == (256, 256, 32, 8)
     assert args.updates_per_step == 2  # the report's first schedule, 2/1/1
-    assert single.setting_name(args) == "report"
-    overrides = single.hydra_overrides(args, Path("/logs"))
+    assert bench_options.setting_name(args) == "report"
+    overrides = bench_options.hydra_overrides(args, Path("/logs"))
     assert "algo.num_envs=256" in overrides and "algo.batch_size=256" in overrides
-    args = single.parse_args(["--unilab-root", "/x", "--setting", "unilab-default", "--config", "patched-default"])
-    assert single.setting_name(args) == "unilab-default"
-    assert not [o for o in single.hydra_overrides(args, Path("/logs")) if o.split("=")[0] in (
+    args = bench_options.parse_args(["--unilab-root", "/x", "--setting", "unilab-default", "--config", "patched-default"])
+    assert bench_options.setting_name(args) == "unilab-default"
+    assert not [o for o in bench_options.hydra_overrides(args, Path("/logs")) if o.split("=")[0] in (
         "algo.num_envs", "algo.batch_size", "algo.replay_buffer_n", "algo.learning_starts", "algo.updates_per_step")]
     # an explicit flag wins over the setting, and is then no longer the named setting
-    args = single.parse_args(["--unilab-root", "/x", "--setting", "report", "--num-envs", "512"])
-    assert args.num_envs == 512 and single.setting_name(args) == "custom"
+    args = bench_options.parse_args(["--unilab-root", "/x", "--setting", "report", "--num-envs", "512"])
+    assert args.num_envs == 512 and bench_options.setting_name(args) == "custom"
 
 
 def test_references_train_on_the_pristine_tree_and_ours_on_the_patched() -> None:
@@ -457,12 +481,12 @@ def test_throughput_and_floor_arithmetic() -> None:
             physics_floor.floor_ms(100.0, **bad)
     with pytest.raises(ValueError):
         bench_stats.throughput({"mean_ms": 1.0, "median_ms": 1.0}, envs=0)
-    floor = single.floor_report(
+    floor = bench_records.floor_report(
         physics_floor.StepCost("s", 10, 100.0, 100.0, "3.11.0", 16),
         {"config": {"env": {"sim_dt": 1 / 150, "ctrl_dt": 0.02}}}, {"mean_ms": 16.0}, 256)
     assert floor["substeps"] == 3 and floor["workers"] == 16
     assert floor["floor_ms"] == pytest.approx(4.8) and floor["wall_over_floor"] == pytest.approx(16.0 / 4.8)
-    assert single.floor_report(None, None, None, 256)["floor_ms"] is None
+    assert bench_records.floor_report(None, None, None, 256)["floor_ms"] is None
 
 
 def test_physics_floor_measures_the_real_g1_scene(tmp_path: Path) -> None:
@@ -575,14 +599,14 @@ def test_committed_runs_with_legacy_names_read_as_the_table_names_them(tmp_path:
     assert run["config"] == "whole-cycle-graph-inference"
     table = bench_report.summary_table([run])
     assert table.splitlines()[2].split("|")[1].strip() == "whole-cycle graph + graphed inference"
-    args = single.parse_args(["--unilab-root", "/x", "--config", "iteration-graph"])
-    assert single.selected_config(args) is bench_configs.CONFIGS["whole-cycle-graph"]
+    args = bench_options.parse_args(["--unilab-root", "/x", "--config", "iteration-graph"])
+    assert bench_options.selected_config(args) is bench_configs.CONFIGS["whole-cycle-graph"]
     with pytest.raises(SystemExit):
-        single.parse_args(["--unilab-root", "/x", "--config", "iteration-graf"])
+        bench_options.parse_args(["--unilab-root", "/x", "--config", "iteration-graf"])
 
 
 def test_device_scripts_read_their_lists_from_the_table() -> None:
-    script = PROJECT / "experiments" / "bench_configs.py"
+    script = BENCH / "bench_configs.py"
     proc = subprocess.run([sys.executable, str(script), "list", "evidence"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip().split(",") == list(bench_configs.EVIDENCE_CONFIGS)
     assert set(bench_configs.EVIDENCE_CONFIGS) == set(bench_configs.MATRIX_CONFIGS)
@@ -616,10 +640,10 @@ def test_default_paths_follow_the_pins() -> None:
     pins = bench_env.PINS
     assert bench_env.DEFAULT_UNILAB_ROOT == PROJECT / "work" / f"unilab-{pins['UNILAB_VERSION']}"
     assert bench_env.BASELINE_UNI_RL_DIR.name == f"unilab-rl-{pins['UNILAB_RL_BASE_VERSION']}"
-    proc = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_env.py"), "path", "baseline-uni-rl"],
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_env.py"), "path", "baseline-uni-rl"],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and PROJECT / proc.stdout.strip() == bench_env.BASELINE_UNI_RL_DIR
-    bad = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_env.py"), "path", "nope"],
+    bad = subprocess.run([sys.executable, str(BENCH / "bench_env.py"), "path", "nope"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
@@ -637,10 +661,10 @@ def test_physics_alternate_with_the_configurations_and_references_stay_on_cpu_mu
     ]
     argv = bench_driver.single_run_argv(specs[2], common=[], output=Path("/o.json"), run_dir=Path("/r"))
     assert argv[argv.index("--backend") + 1] == "mjwarp"
-    args = single.parse_args(["--unilab-root", "/x", "--backend", "mjwarp", "--config", "patched-default"])
-    assert f"task={args.task}/mjwarp" in single.hydra_overrides(args, Path("/logs"))
+    args = bench_options.parse_args(["--unilab-root", "/x", "--backend", "mjwarp", "--config", "patched-default"])
+    assert f"task={args.task}/mjwarp" in bench_options.hydra_overrides(args, Path("/logs"))
     with pytest.raises(SystemExit):
-        single.parse_args(["--unilab-root", "/x", "--backend", "mjwarpp"])
+        bench_options.parse_args(["--unilab-root", "/x", "--backend", "mjwarpp"])
 
 
 def test_mjwarp_runs_get_their_own_rows_and_the_physics_table_sets_them_side_by_side() -> None:

@@ -1,7 +1,7 @@
 """The task stays the task: the patched UniLab tree steps the G1 Walk Flat MuJoCo env exactly
 like the pristine pinned tree.
 
-Each side is a fresh subprocess of `experiments/collector_profile.py --mode trajectory` run from its own tree
+Each side is a fresh subprocess of `experiments/profile/collector_profile.py --mode trajectory` run from its own tree
 (`PYTHONPATH=<tree>/src`, the patched side with the overlay first, as a training run has it), with the same seed
 and the same seeded random action sequence, for STEPS steps with autoreset. qpos, qvel, every observation group,
 the final observations of reset envs, rewards, terminated, truncated and the episode counters must be bitwise
@@ -31,10 +31,10 @@ import pytest
 
 from conftest import PROJECT, runnable_tree
 
-sys.path.insert(0, str(PROJECT / "experiments"))
+sys.path.insert(0, str(PROJECT / "experiments" / "profile"))
 from collector_profile import compare_trajectories  # noqa: E402
 
-HARNESS = PROJECT / "experiments" / "collector_profile.py"
+HARNESS = PROJECT / "experiments" / "profile" / "collector_profile.py"
 NUM_ENVS = 64
 STEPS = 220
 PERTURB_STEP = 100

@@ -1,6 +1,6 @@
 """The device-resident G1 Walk Flat env (unilab patch: ``unilab.envs.device``) is the task of UniLab 1.3.2.
 
-Every check runs ``experiments/device_env_check.py`` in a fresh process from the applied tree, on MuJoCo Warp's
+Every check runs ``experiments/evidence/device_env_check.py`` in a fresh process from the applied tree, on MuJoCo Warp's
 CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, not only its pieces.
 
 1. Fed UniLab's own NumPy draws, the device env steps the NumPy env's trajectory: 16 envs x 120 steps of
@@ -28,7 +28,7 @@ import pytest
 
 from conftest import PROJECT, runnable_tree
 
-CHECK = PROJECT / "experiments" / "device_env_check.py"
+CHECK = PROJECT / "experiments" / "evidence" / "device_env_check.py"
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_a_0d_tensor_index_is_a_host_read(tree: tuple[Path, Path]) -> None:
 
 def test_the_evidence_readme_is_generated_from_its_jsons(tmp_path: Path) -> None:
     """results/2026-12-01-h200-device-env/README.md is device_env_report.py's output; a changed figure fails."""
-    report = PROJECT / "experiments" / "device_env_report.py"
+    report = PROJECT / "experiments" / "evidence" / "device_env_report.py"
     folder = PROJECT / "results" / "2026-12-01-h200-device-env"
     ok = subprocess.run([sys.executable, str(report), str(folder), "--check"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr

@@ -68,7 +68,7 @@ print(json.dumps(out))
 def _run(overlay: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env["PYTHONPATH"] = str(overlay)
-    hook_dir = str(PROJECT / "experiments" / "bench_child")
+    hook_dir = str(PROJECT / "experiments" / "bench" / "hook")
     proc = subprocess.run([sys.executable, "-c", SNIPPET, hook_dir], env=env, capture_output=True, text=True, timeout=240,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

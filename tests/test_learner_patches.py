@@ -47,7 +47,7 @@ def test_numerics_cpu_mode_passes(
     proc = subprocess.run(
         [
             sys.executable,
-            str(PROJECT / "experiments" / "validate_numerics.py"),
+            str(PROJECT / "experiments" / "evidence" / "validate_numerics.py"),
             "--baseline-root",
             str(pristine_uni_rl_root),
             "--patched-root",
@@ -660,7 +660,7 @@ def test_full_objective_compile_matches_eager_on_cpu(
 
     import torch
 
-    sys.path.insert(0, str(PROJECT / "experiments"))
+    sys.path[:0] = [str(PROJECT / "experiments" / folder) for folder in ("evidence", "bench")]
     from numerics.compare import compare_first_update
     from numerics.config import FIRST_CRITIC_SNAPSHOT, TIER_A_SNAPSHOT, WorkerConfig
     from numerics.configurations import compare_configurations

@@ -1,5 +1,5 @@
 """GPU physics learns the same task: one control step of MuJoCo Warp from identical G1 states
-and actuator targets agrees with CPU MuJoCo (experiments/mjwarp_agreement.py; its docstring states the metric
+and actuator targets agrees with CPU MuJoCo (experiments/evidence/mjwarp_agreement.py; its docstring states the metric
 and the tolerance).
 
 Here the MJWarp side runs on Warp's CPU device (MuJoCo Warp's development path, opted into by unisim patch
@@ -20,7 +20,7 @@ import pytest
 
 from conftest import PROJECT, runnable_tree
 
-HARNESS = PROJECT / "experiments" / "mjwarp_agreement.py"
+HARNESS = PROJECT / "experiments" / "evidence" / "mjwarp_agreement.py"
 #: Fewer states than the harness default: the CPU device steps MJWarp slowly, and the controls need only a few.
 SMALL = ("--num-envs", "32", "--source-steps", "60", "--every", "10")
 

@@ -1,6 +1,6 @@
 """The row-wise reset of the mjwarp adapter (unisim patch 0003) changes no result.
 
-1. Its scratch forward reads each reset row's own per-world model values: experiments/mjwarp_scratch_check.py
+1. Its scratch forward reads each reset row's own per-world model values: experiments/evidence/mjwarp_scratch_check.py
    compares a forward over every world with the scratch forward of a few rows, bitwise, on a small actuated
    model with per-world gains, masses and frictions. Controls: without the gather, and over the main model as
    unisim-core 1.7.8's scratch did, the check must fail.
@@ -23,11 +23,11 @@ import pytest
 
 from conftest import PROJECT, runnable_tree
 
-sys.path.insert(0, str(PROJECT / "experiments"))
+sys.path.insert(0, str(PROJECT / "experiments" / "profile"))
 from collector_profile import compare_trajectories  # noqa: E402
 
-CHECK = PROJECT / "experiments" / "mjwarp_scratch_check.py"
-HARNESS = PROJECT / "experiments" / "collector_profile.py"
+CHECK = PROJECT / "experiments" / "evidence" / "mjwarp_scratch_check.py"
+HARNESS = PROJECT / "experiments" / "profile" / "collector_profile.py"
 ROW_COMMIT = Path("unisim/backend/mjwarp/row_commit.py")
 SCATTER_LINE = "target[rows[row], column] = source[row, column]"
 #: Steps of the G1 trajectory: the first row-route resets come after about 28 steps of random actions.

@@ -19,7 +19,7 @@ import pytest
 from conftest import PROJECT, make
 
 sys.path.insert(0, str(PROJECT / "scripts"))
-sys.path.insert(0, str(PROJECT / "experiments"))
+sys.path.insert(0, str(PROJECT / "experiments" / "bench"))
 
 import bench_env  # noqa: E402
 from offline import OfflineError  # noqa: E402

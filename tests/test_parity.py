@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 PROJECT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(PROJECT / "experiments"))
+sys.path[:0] = [str(PROJECT / "experiments" / folder) for folder in ("bench", "evidence")]
 
 import bench_configs  # noqa: E402
 import bench_parity  # noqa: E402

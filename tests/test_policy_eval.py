@@ -1,4 +1,4 @@
-"""Sim-to-sim evaluation: experiments/policy_eval.py loads a FlashSAC checkpoint through UniLab's
+"""Sim-to-sim evaluation: experiments/evidence/policy_eval.py loads a FlashSAC checkpoint through UniLab's
 own play path and runs its deterministic policy on CPU MuJoCo G1 Walk Flat; policy_eval_report.py makes the
 results folder's README from the JSONs.
 
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT, runnable_tree
 
-HARNESS = PROJECT / "experiments" / "policy_eval.py"
-REPORT = PROJECT / "experiments" / "policy_eval_report.py"
+HARNESS = PROJECT / "experiments" / "evidence" / "policy_eval.py"
+REPORT = PROJECT / "experiments" / "evidence" / "policy_eval_report.py"
 RESULTS = PROJECT / "results" / "2026-12-01-cpu2-sim2sim-eval"
 #: The sim-to-sim evidence: five training seeds a side, each final checkpoint evaluated on CPU MuJoCo.
 SEEDS_RESULTS = PROJECT / "results" / "2026-12-01-h200-mjwarp-mps-sim2sim" / "sim2sim" / "eval"
@@ -190,7 +190,7 @@ def _evaluated(sim: str, seed: int, mean: float) -> dict:
 
 
 def test_pair_table_judges_several_training_seeds_and_refuses_one() -> None:
-    sys.path.insert(0, str(PROJECT / "experiments"))
+    sys.path.insert(0, str(PROJECT / "experiments" / "evidence"))
     import policy_eval_report
 
     mujoco = [_evaluated("mujoco", s, m) for s, m in enumerate((0.190, 0.186, 0.192, 0.188, 0.189), 1)]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(PROJECT / "experiments"))
+sys.path.insert(0, str(PROJECT / "experiments" / "tables"))
 
 import results_index  # noqa: E402
 
@@ -34,7 +34,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_committed_index_agrees_with_results() -> None:
-    proc = subprocess.run([sys.executable, str(PROJECT / "experiments" / "results_index.py"), "--check"],
+    proc = subprocess.run([sys.executable, str(PROJECT / "experiments" / "tables" / "results_index.py"), "--check"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     text = (PROJECT / results_index.INDEX).read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Every gate of the numerics study (experiments/numerics/gates.py) fails on a perturbed input.
+"""Every gate of the numerics study (experiments/evidence/numerics/gates.py) fails on a perturbed input.
 
 The gates are pure functions of the workers' results, so each is fed a passing input
 built to the workers' result layout and then that input with one thing broken, the
@@ -23,7 +23,7 @@ import pytest
 import torch
 
 PROJECT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(PROJECT / "experiments"))
+sys.path[:0] = [str(PROJECT / "experiments" / folder) for folder in ("evidence", "bench")]
 from numerics import config, modes  # noqa: E402
 from numerics import gates as vn  # noqa: E402
 

@@ -1,6 +1,6 @@
 """CPU tests of the whole-cycle CUDA graph switch (patches/uni_rl/0011-0013).
 
-The graph itself needs a GPU (experiments/validate_numerics.py and
+The graph itself needs a GPU (experiments/evidence/validate_numerics.py and
 validate_replay_stability.py check it there). What the CPU can check: the switch and its
 config key, the fallback (one warning, then bitwise the per-update path), and the pieces
 the captured iteration is built from: the update schedule shared with the runner, the
@@ -59,7 +59,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
     """The tree's defaults are both graphs; the bench's configurations turn off what they do not measure."""
     from hydra import compose, initialize_config_dir
 
-    sys.path.insert(0, str(PROJECT / "experiments"))
+    sys.path.insert(0, str(PROJECT / "experiments" / "bench"))
     import bench_configs
 
     conf = patched_unilab_root / "src" / "unilab" / "conf" / "flashsac"
@@ -511,7 +511,7 @@ def test_inference_probe_of_validate_numerics_replays_the_same_requests(patched_
     result = run_snippet(
         patched_uni_rl_root,
         f"""
-        sys.path.insert(0, {str(PROJECT / "experiments")!r})
+        sys.path[:0] = {[str(PROJECT / "experiments" / folder) for folder in ("evidence", "bench")]!r}
         from numerics.probes import inference_probe
         l = learner(finite_guard=True, deferred_metrics=True)
         l.update_critic(batch(1)); l.update_actor(batch(1))
@@ -536,7 +536,7 @@ def test_replay_tracking_gate_catches_a_stale_learning_rate(patched_uni_rl_root:
         patched_uni_rl_root,
         f"""
         import copy
-        sys.path.insert(0, {str(PROJECT / "experiments")!r})
+        sys.path[:0] = {[str(PROJECT / "experiments" / folder) for folder in ("evidence", "bench")]!r}
         import learner_study
         import validate_replay_stability as rs
         from uni_rl.algos.flash_sac import learner as L

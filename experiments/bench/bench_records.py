@@ -1,0 +1,154 @@
+"""What the trainer left behind, read into the run JSON: timings, provenance, the resolved config, the collector.
+
+The hook (``hook/flashsac_bench_hook.py``) writes one JSON line per iteration, the overlay's ``sitecustomize``
+one provenance record per process, and UniLab's trainer its ``run_config.json`` and ``run_summary.json``;
+``benchmark_flashsac_training.py`` turns them into the fields of its run JSON with these functions. Pure
+readers of files and dicts (the physics floor aside), so the tests feed them real and damaged records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import bench_configs
+import bench_env
+import physics_floor
+from bench_env import BenchSetupError
+
+
+def load_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_timings(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """(meta, iteration rows in step order, end record) from the hook's JSON lines."""
+    meta: dict[str, Any] = {}
+    end: dict[str, Any] = {}
+    rows: dict[int, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            kind = record.pop("kind", None)
+            if kind == "meta":
+                meta = record
+            elif kind == "end":
+                end = record
+            elif kind == "iteration":
+                rows[int(record["step"])] = record
+    return meta, [rows[k] for k in sorted(rows)], end
+
+
+def read_provenance(directory: Path) -> list[dict[str, Any]]:
+    """Every process's provenance record (written by the overlay's sitecustomize at exit)."""
+    records = []
+    for path in sorted(directory.glob("provenance-*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            record = {"unreadable": str(path), "error": str(exc), "flagged": True}
+        record.setdefault("file", path.name)
+        records.append(record)
+    return records
+
+
+def training_config(args: argparse.Namespace, run_config: dict[str, Any] | None) -> dict[str, Any]:
+    """Updates per iteration as the runner executes them (critic every update, actor every pf)."""
+    algo = (run_config or {}).get("config", {}).get("algo", {}) if run_config else {}
+
+    def pick(key: str, given: int | None) -> int | None:
+        value = algo.get(key, given)
+        return int(value) if value is not None else None
+
+    ups = pick("updates_per_step", args.updates_per_step)
+    pf = pick("policy_frequency", args.policy_frequency)
+    schedule = bench_configs.Schedule(ups, pf) if ups and pf else None
+    return {
+        "iterations": args.iterations,
+        "summary_last": args.summary_last,
+        "num_envs": pick("num_envs", args.num_envs),
+        "batch_size": pick("batch_size", args.batch_size),
+        "replay_buffer_n": pick("replay_buffer_n", args.replay_buffer_n),
+        "learning_starts": pick("learning_starts", args.learning_starts),
+        "updates_per_step": ups,
+        "policy_frequency": pf,
+        "seed": pick("seed", args.seed),
+        "ranks": len((run_config or {}).get("config", {}).get("training", {}).get("devices") or [0]),
+        "critic_updates_per_iteration": ups,
+        "actor_updates_per_iteration": schedule.actor_updates if schedule else None,
+        "temperature_updates_per_iteration": schedule.actor_updates if schedule else None,
+        "schedule": schedule.label if schedule else None,
+        # the switches the trainer really resolved (tree config + overrides)
+        "algo_params": algo.get("algo_params"),
+    }
+
+
+def floor_report(step_cost: physics_floor.StepCost | None, run_config: dict[str, Any] | None,
+                 wall: dict[str, Any] | None, envs: int | None) -> dict[str, Any]:
+    """The run's physics floor (single-core mj_step × substeps × envs / physics workers) and wall / floor."""
+    env = ((run_config or {}).get("config") or {}).get("env") or {}
+    if step_cost is None or not envs or not env.get("sim_dt") or not env.get("ctrl_dt"):
+        return {"floor_ms": None, "reason": "no step cost or no env timing in run_config.json"}
+    substeps = round(float(env["ctrl_dt"]) / float(env["sim_dt"]))
+    workers = physics_floor.physics_workers(envs, step_cost.host_cpus)
+    floor = physics_floor.floor_ms(step_cost.mean_us, substeps=substeps, envs=envs, workers=workers)
+    return {
+        "floor_ms": floor, "step_cost": dataclasses.asdict(step_cost), "substeps": substeps, "workers": workers,
+        "wall_over_floor": float(wall["mean_ms"]) / floor if wall else None,
+    }
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): .+$")
+
+
+def last_exception_line(output: str) -> str | None:
+    """The last ``SomethingError: message`` line of the trainer's output (plain traceback, not the Rich box)."""
+    lines = _ANSI.sub("", output).replace("\r", "\n").splitlines()
+    hits = [line.strip() for line in lines if _EXCEPTION.match(line.strip()) and not line.lstrip().startswith("│")]
+    return hits[-1] if hits else None
+
+
+def applied_state(require: bool, unilab_root: Path, overlay: Path) -> dict[str, Any]:
+    """The applied series of this tree (sha256, phase) when the lead's applier can tell.
+
+    Required under --require-applied (the drivers). The original command line must keep
+    working in a plain UniLab environment, where there is no applier: there the state is
+    recorded as unknown, with the reason, instead of failing the run.
+    """
+    try:
+        status = bench_env.patchset_status(unilab_root, overlay)
+        sha = bench_env.require_applied(status)
+    except BenchSetupError as exc:
+        if require:
+            raise
+        return {"series_sha256": None, "applied": False, "error": str(exc)}
+    return {"series_sha256": sha, "applied": True, "phase": status.get("phase"),
+            "patches": status.get("patches"), "checkout": status.get("checkout")}
+
+
+def collector_record(requested: str, meta: dict[str, Any], summary: dict[str, Any] | None) -> dict[str, Any]:
+    """Which collector the run really trained with, from the trainer's own records, and its whole-run figures.
+
+    The learner's runtime manifest names the device-resident collector; the host runners name none, so a
+    run that logged iterations without a name ran the host collector. A run that logged nothing is recorded
+    under the collector it asked for. ``run_summary`` is what the trainer wrote in run_summary.json (collector,
+    host syncs per iteration and phases over all iterations); the host path writes none of these.
+    """
+    asked = bench_configs.COLLECTORS[requested].recorded
+    recorded = meta.get("collector") or ("host" if meta else asked)
+    keys = ("collector", "host_syncs_per_iteration", "collector_phases_ms")
+    whole = {k: summary.get(k) for k in keys} if summary and summary.get("collector") else None
+    error = None if recorded == asked else f"asked for the {asked} collector, the trainer ran the {recorded} one"
+    return {"collector": recorded, "collector_requested": asked, "run_summary": whole, "error": error}

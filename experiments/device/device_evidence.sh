@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The GPU evidence that docs/ and results/ cite, on the lent two-GPU machine (nvidia-h200-x2), in one device call:
+# `device_evidence.sh MODE...` runs the given modes concurrently. The device returns at most 8 files, so
+# everything lands in /tmp/evidence/ and is packed into $OUT/evidence.tgz on exit; each part stops at
+# BUDGET_S (default 540 s) so the packing happens inside the call's 600 s limit, and every finished run is
+# in the archive even when a later one was cut off.
+#
+#   checks  validate_numerics.py --mode gpu on GPU $NUMERICS_GPU (0) and validate_replay_stability.py, one
+#           process per graph path, on GPU $REPLAY_GPU (0): correctness, not timing, so they share GPUs.
+#   parity  `make bench-parity` on GPU $PARITY_GPU (1), one invocation per arm and seed (PARITY_ARMS, SEEDS),
+#           all concurrently: learning curves, not timing; `bench_parity.py --report DIR` merges them afterwards.
+#   ttr     time to reward: one `make bench-parity` run per arm of TTR_ARMS (seed TTR_SEED), concurrently on
+#           GPU $PARITY_GPU, each pinned to its own block of CORES_PER_RUN (5) cores: the runs' wall clocks are
+#           those of a 5-core machine each (experiments/evidence/time_to_reward.py reads them). Run it alone.
+#   bench   `make bench` with one schedule per GPU, each alternating over every configuration: the ratios
+#           of a table row come from runs made side by side on one GPU. Run it alone.
+#   pinned  collector figures (CPU-bound): `make bench` per GPU, each pinned to its own block of CORES_PER_GPU
+#           (16) cores with taskset, so two invocations never share a core; GPU0_PLAN and GPU1_PLAN are the
+#           make variables of each (e.g. 'SETTING=report SCHEDULES=2 CONFIGS=baseline-1.3.2,patched-default');
+#           GPUn_CHECKS=1 runs validate_numerics.py --mode gpu after that GPU's bench, on its cores. Run it alone.
+#   collectors  the collectors side by side: `make bench SIM=mujoco,mjwarp COLLECTOR=host,device` (CPU MuJoCo,
+#           host-env MJWarp and the device-resident collector on MJWarp, alternating) for COLLECTOR_CONFIGS
+#           (patched-default) at COLLECTOR_SETTINGS (report unilab-default; the report's at 2/1/1), ITERATIONS
+#           (1000), SUMMARY_LAST (500). COLLECTOR_GPUS (0): one GPU runs every setting in one invocation; one GPU
+#           per setting (e.g. "0 1" on nvidia-h200-x2) runs each setting's invocation on its own GPU and its own
+#           block of CORES_PER_GPU (16) cores, concurrently. COLLECTOR_SIMS (mujoco,mjwarp) and SCHEDULES (2: the 2/1/1 schedule)
+#           trim a call that must fit the device's time limit. Run it alone.
+#   sim2sim-train  sim-to-sim training: seeds SEEDS (1 2 3 4 5) × SIM2SIM_ARMS (mujoco mjwarp: CPU MuJoCo and
+#           MJWarp with the host collector; mjwarp-device: MJWarp with the device-resident collector) at the
+#           report's setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run
+#           dirs and checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
+#   sim2sim-eval   a later call on the same (warm) machine: each checkpoint of $SIM2SIM_DIR evaluated on CPU
+#           MuJoCo (experiments/evidence/policy_eval.py, EVAL_STEPS (1000) steps × 256 envs, evaluation seed 1), all
+#           concurrently, each on its own core with one math thread; `policy_eval_report.py <folder of the eval JSONs>`
+#           writes the README.
+#
+# Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
+# .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
+# Environment: BUDGET_S; checks: REPLAY_ITERATIONS (1000); parity: SEEDS (1 2 3 4 5), PARITY_ARMS
+# (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
+# bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
+set -uo pipefail
+modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval'
+[ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
+                  exit 2; }
+budget=${BUDGET_S:-540}
+work=/tmp/evidence
+rm -rf "$work" && mkdir -p "$work"
+trap 'tar czf "$OUT/evidence.tgz" -C "$work" .' EXIT
+bash experiments/device/device_bench.sh install || exit 1
+export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
+  PYTHONUNBUFFERED=1
+# The warm-up's compile artifacts (uni_rl 0019) go into the archive; a carried .compile-cache/ (an earlier
+# call's, same GPU and torch) is loaded first, as a user copies them to a new machine.
+export FLASHSAC_COMPILE_CACHE_DIR=$work/compile-cache
+mkdir -p "$FLASHSAC_COMPILE_CACHE_DIR"
+[ -d .compile-cache ] && cp .compile-cache/* "$FLASHSAC_COMPILE_CACHE_DIR"/ 2>/dev/null
+assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
+{ date -u; nproc; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
+  >"$work/machine.txt" 2>&1
+# Seed the G1 assets once, before parallel invocations would each try to.
+tree=$(python3 experiments/bench/bench_env.py path unilab-tree) || exit 1
+baseline=$(python3 experiments/bench/bench_env.py path baseline-uni-rl) || exit 1
+sim2sim=${SIM2SIM_DIR:-/tmp/sim2sim}
+python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments/bench'); import bench_env; \
+print(bench_env.ensure_assets(Path('$tree').resolve(), Path('$assets')))" || exit 1
+
+on_gpu() {  # on_gpu <gpu> <log name> <command...>: run in the background, bounded by the budget
+  local gpu=$1 log=$2; shift 2
+  (CUDA_VISIBLE_DEVICES=$gpu timeout -s INT -k 15 "$budget" "$@" >"$work/$log.log" 2>&1
+   echo "exit $?" >>"$work/$log.log") &
+}
+
+for mode in "$@"; do
+  case $mode in
+    checks)
+      on_gpu "${NUMERICS_GPU:-0}" numerics python3 experiments/evidence/validate_numerics.py --mode gpu \
+        --baseline-root "$baseline" --patched-root overlay --output "$work/validate_numerics_gpu.json"
+      paths=$(python3 experiments/bench/bench_configs.py list replay-paths) || exit 1
+      for path in ${paths//,/ }; do
+        on_gpu "${REPLAY_GPU:-0}" "replay-$path" python3 experiments/evidence/validate_replay_stability.py \
+          --patched-root overlay --paths "$path" --iterations "${REPLAY_ITERATIONS:-1000}" \
+          --output "$work/replay-$path.json"
+      done
+      ;;
+    parity)
+      for seed in ${SEEDS:-1 2 3 4 5}; do
+        arms=${PARITY_ARMS:-$(python3 experiments/bench/bench_parity.py --list-arms)} || exit 1
+        for arm in ${arms//,/ }; do
+          on_gpu "${PARITY_GPU:-0}" "parity-$arm-seed$seed" bash experiments/device/device_bench.sh bench-parity \
+            SEEDS="$seed" ITERATIONS="${PARITY_ITERATIONS:-3000}" \
+            BENCH_ARGS="--arms $arm --results-root $work/parity-$arm-seed$seed"
+        done
+      done
+      ;;
+    ttr)
+      per=${CORES_PER_RUN:-5} index=0
+      arms=${TTR_ARMS:-$(python3 experiments/evidence/time_to_reward.py --list-arms)} || exit 1
+      for arm in ${arms//,/ }; do
+        cores=$((index * per))-$((index * per + per - 1)) index=$((index + 1))
+        on_gpu "${PARITY_GPU:-0}" "ttr-$arm" taskset -c "$cores" bash experiments/device/device_bench.sh bench-parity \
+          SEEDS="${TTR_SEED:-1}" ITERATIONS="${PARITY_ITERATIONS:-3000}" \
+          BENCH_ARGS="--arms $arm --results-root $work/ttr-$arm"
+      done
+      ;;
+    bench)
+      configs=${CONFIGS:-$(python3 experiments/bench/bench_configs.py list evidence)} || exit 1
+      for gpu_schedule in 0:2 1:8; do
+        on_gpu "${gpu_schedule%%:*}" "bench-schedule${gpu_schedule##*:}" bash experiments/device/device_bench.sh bench \
+          SCHEDULES="${gpu_schedule##*:}" CONFIGS="$configs" ITERATIONS="${ITERATIONS:-300}" \
+          SUMMARY_LAST="${SUMMARY_LAST:-150}" TIMEOUT_S=300 NO_CHECKS=1 ${CHECKS_JSON:+CHECKS_JSON=$CHECKS_JSON} \
+          BENCH_ARGS="--results-root $work/schedule${gpu_schedule##*:}"
+      done
+      ;;
+    pinned)
+      per=${CORES_PER_GPU:-16}
+      for gpu in 0 1; do
+        plan_var=GPU${gpu}_PLAN
+        [ -n "${!plan_var:-}" ] || continue
+        checks_var=GPU${gpu}_CHECKS
+        cores=$((gpu * per))-$((gpu * per + per - 1))
+        # shellcheck disable=SC2086  # the plan is a list of make variables
+        on_gpu "$gpu" "pinned-gpu$gpu" bash -c "taskset -c $cores bash experiments/device/device_bench.sh bench \
+          ${!plan_var} ITERATIONS=${ITERATIONS:-1000} SUMMARY_LAST=${SUMMARY_LAST:-500} NO_CHECKS=1 \
+          BENCH_ARGS='--results-root $work/gpu$gpu'; echo \"bench exit \$?\"
+          if [ -n '${!checks_var:-}' ]; then taskset -c $cores python3 experiments/evidence/validate_numerics.py --mode gpu \
+            --baseline-root $baseline --patched-root overlay \
+            --output $work/validate_numerics_gpu.json; fi"
+      done
+      ;;
+    collectors)
+      collectors=$(python3 experiments/bench/bench_configs.py list collectors) || exit 1
+      settings=(${COLLECTOR_SETTINGS:-report unilab-default}) gpus=(${COLLECTOR_GPUS:-0}) per=${CORES_PER_GPU:-16}
+      plan="SIM=${COLLECTOR_SIMS:-mujoco,mjwarp} COLLECTOR=$collectors CONFIGS=${COLLECTOR_CONFIGS:-patched-default} \
+        SCHEDULES=${SCHEDULES:-2} \
+        ITERATIONS=${ITERATIONS:-1000} SUMMARY_LAST=${SUMMARY_LAST:-500} TIMEOUT_S=${TIMEOUT_S:-300} NO_CHECKS=1"
+      if [ ${#gpus[@]} -eq 1 ]; then
+        all=$(IFS=,; echo "${settings[*]}")
+        # shellcheck disable=SC2086  # the plan is a list of make variables
+        on_gpu "${gpus[0]}" collectors bash experiments/device/device_bench.sh bench SETTING="$all" $plan \
+          BENCH_ARGS="--results-root $work/collectors"
+      elif [ ${#gpus[@]} -eq ${#settings[@]} ]; then
+        for index in "${!settings[@]}"; do
+          gpu=${gpus[$index]} setting=${settings[$index]} cores=$((index * per))-$((index * per + per - 1))
+          # shellcheck disable=SC2086
+          on_gpu "$gpu" "collectors-$setting" taskset -c "$cores" bash experiments/device/device_bench.sh bench \
+            SETTING="$setting" $plan BENCH_ARGS="--results-root $work/collectors-$setting"
+        done
+      else
+        echo "device_evidence.sh collectors: COLLECTOR_GPUS names one GPU or one per setting" >&2; exit 2
+      fi
+      ;;
+    sim2sim-train)
+      mkdir -p "$work/sim2sim-runs"
+      for arm in ${SIM2SIM_ARMS:-mujoco mjwarp}; do
+        collector=host
+        [ "$arm" = mjwarp-device ] && collector=device
+        for seed in ${SEEDS:-1 2 3 4 5}; do
+          on_gpu 0 "train-$arm-seed$seed" python3 experiments/bench/benchmark_flashsac_training.py --unilab-root "$tree" \
+            --setting report --config patched-default --backend "${arm%-device}" --collector "$collector" \
+            --seed "$seed" --iterations "${SIM2SIM_ITERATIONS:-3000}" --live-panel never \
+            --run-dir "$sim2sim/$arm-seed$seed" --output "$sim2sim/$arm-seed$seed.json"
+        done
+      done
+      wait
+      cp "$sim2sim"/*.json "$work/sim2sim-runs/"
+      ;;
+    sim2sim-eval)
+      mkdir -p "$work/sim2sim-eval"
+      cores=$(nproc) index=0
+      for run in "$sim2sim"/*/; do
+        name=$(basename "$run")
+        checkpoint=$(find "$run" -name 'model_*.pt' | sort -V | tail -1)
+        [ -n "$checkpoint" ] || { echo "sim2sim-eval: no checkpoint under $run" >&2; continue; }
+        # CPU only (no GPU visible), from the tree root with the overlay first, as experiments/evidence/policy_eval.py says.
+        # One core and one math thread each: ten evaluations left to their default thread pools on 16 cores
+        # oversubscribed them so far that none finished in 300 s; pinned, each takes about 100 s.
+        on_gpu "" "eval-$name" env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 taskset -c $((index % cores)) bash -c \
+          "cd '$tree' && PYTHONPATH='$PWD/overlay:$tree/src:$PYTHONPATH' \
+          python3 '$PWD/experiments/evidence/policy_eval.py' --checkpoint '$checkpoint' --training-run '$sim2sim/$name.json' \
+          --num-envs 256 --steps ${EVAL_STEPS:-1000} --seeds 1 --label '$name' \
+          --output '$work/sim2sim-eval/$name.json'"
+        index=$((index + 1))
+      done
+      ;;
+    *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2
+       exit 2 ;;
+  esac
+done
+wait

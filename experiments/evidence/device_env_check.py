@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""The device-resident G1 Walk Flat env is the same task as UniLab 1.3.2's NumPy env: two checks.
+
+Run from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``tests/test_device_env.py`` runs it on
+Warp's CPU device, ``UNISIM_MJWARP_ALLOW_CPU=1``; on a GPU host it runs on CUDA). Both envs are built from the
+tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env factory.
+
+  parity        UniLab's NumPy env and the device env (fed UniLab's own NumPy draws, ``NumpyDraws``, seeded
+                like ``env.rng``), each on its own MJWarp physics, step side by side with the same seeded
+                uniform actions for ``--steps`` steps with autoreset. Per step: both observation groups, the
+                pre-reset final observations, qpos, terminated and truncated must be bitwise equal, the
+                reward within ``REWARD_ATOL`` (the reward terms' exp and sums are float32 rounding away from
+                NumPy's). ``--perturb-reward TERM`` scales one reward term of the device env by 1.001, and
+                ``--perturb-kp`` widens its kp range: the negative controls, which must be reported.
+  distribution  the device env with its own torch draws (``TorchDraws``, as in training), ``--num-envs`` rows:
+                the reset root offsets, root velocities, kp/kd scales, commands, gait phases and observation
+                noise it samples over a reset and ``--steps`` steps are checked against the ranges of the tree's
+                config (composed without ``--override``): every sample inside its range, the range covered
+                (min and max within 5 % of its ends) and the mean within 4 standard errors of the middle.
+                ``--override`` changes the env's config only (e.g. a wrong kp range): the check must fail.
+  host-reads    the device env with its own torch draws steps ``--steps`` times (after one warm-up step, as
+                before its CUDA graph is recorded) under a torch function mode that records every host read a
+                CUDA capture forbids: ``item``/``tolist``/``bool``/``int``/``float``/``numpy``/``cpu``, ``nonzero``,
+                an index that is a 0-d or boolean tensor (read on the host), and tensors made from host data.
+                On the CPU these cost nothing, on CUDA each is a sync that breaks the step's graph: none may
+                occur. ``--broken-index`` puts back a 0-d tensor index in the height termination: it must fail.
+
+Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 when the device env refuses the task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
+from collector_profile import build_env  # noqa: E402
+
+TASK = "g1_walk_flat/mjwarp"
+#: Largest reward difference allowed per env step (rewards are O(0.1-1) per step; float32 ulp there ~6e-8).
+REWARD_ATOL = 1e-6
+
+
+def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
+        return compose(config_name="config", overrides=[f"task={TASK}", f"algo.num_envs={num_envs}",
+                                                        f"algo.seed={seed}", *overrides])
+
+
+def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
+                    graph: bool = True) -> Any:
+    from unilab.envs.device import make_g1_walk_device_env
+    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
+
+    override = build_offpolicy_env_cfg_override("flashsac", compose_cfg(num_envs, seed, overrides))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
+                                   graph=graph)
+
+
+def perturb_reward(env: Any, term: str) -> None:
+    """Negative control: one reward term of the device env scaled by 1.001."""
+    names = [r.name for r in env._rewards]  # noqa: SLF001 - the env's bound reward terms
+    if term not in names:
+        raise SystemExit(f"device_env_check: no reward term {term!r} (terms: {names})")
+    index = names.index(term)
+    bound = env._rewards[index]  # noqa: SLF001
+    twin = bound.twin
+    env._rewards[index] = type(bound)(bound.name, lambda s, **p: twin(s, **p) * 1.001, bound.params,  # noqa: SLF001
+                                      bound.weight, bound.curriculum_scaled)
+
+
+def max_abs(a: np.ndarray, b: torch.Tensor) -> float:
+    diff = np.abs(np.asarray(a, dtype=np.float64) - b.detach().cpu().numpy().astype(np.float64))
+    return float(diff.max()) if diff.size else 0.0
+
+
+def parity(args: argparse.Namespace) -> dict[str, Any]:
+    extra = (f"env.max_episode_seconds={args.episode_seconds}",)
+    ref = build_env(args.num_envs, args.seed, task=TASK, extra=extra)
+    dev = make_device_env(args.num_envs, args.seed, extra, numpy_draws=True)
+    if args.perturb_reward:
+        perturb_reward(dev, args.perturb_reward)
+    if args.perturb_kp:
+        dev._kp_range = (dev._kp_range[0] - 0.05, dev._kp_range[1] + 0.05)  # noqa: SLF001 - negative control
+    ref.init_state()
+    out = dev.reset()
+    actions = np.random.default_rng(args.action_seed).uniform(
+        -1.0, 1.0, (args.steps, args.num_envs, dev.action_dim)).astype(np.float32)
+    worst = {"obs": 0.0, "critic": 0.0, "final_obs": 0.0, "final_critic": 0.0, "qpos": 0.0, "reward": 0.0}
+    first: dict[str, int] = {}
+    counts = {"terminated": 0, "truncated": 0, "done_mismatches": 0}
+
+    def record(step: int, key: str, value: float, limit: float = 0.0) -> None:
+        worst[key] = max(worst[key], value)
+        if value > limit and key not in first:
+            first[key] = step
+
+    state = ref.state
+    record(-1, "obs", max_abs(state.obs["obs"], out.policy_obs))
+    record(-1, "critic", max_abs(state.obs["critic"], out.critic_obs))
+    for t in range(args.steps):
+        state = ref.step(actions[t])
+        out = dev.step(torch.from_numpy(actions[t]).to(dev.device))
+        done = state.terminated | state.truncated
+        final = state.final_observation or {}
+        record(t, "obs", max_abs(state.obs["obs"], out.policy_obs))
+        record(t, "critic", max_abs(state.obs["critic"], out.critic_obs))
+        for key, group, tensor in (("final_obs", "obs", out.final_policy_obs),
+                                   ("final_critic", "critic", out.final_critic_obs)):
+            if done.any():
+                record(t, key, max_abs(final[group][done], tensor[torch.from_numpy(done).to(dev.device)]))
+        record(t, "qpos", max_abs(ref._backend.get_state(("qpos",))["qpos"], dev.sim.qpos))  # noqa: SLF001
+        record(t, "reward", max_abs(state.reward, out.reward), REWARD_ATOL)
+        mismatch = int((state.terminated != out.terminated.cpu().numpy()).sum()
+                       + (state.truncated != out.truncated.cpu().numpy()).sum())
+        counts["done_mismatches"] += mismatch
+        if mismatch and "dones" not in first:
+            first["dones"] = t
+        counts["terminated"] += int(state.terminated.sum())
+        counts["truncated"] += int(state.truncated.sum())
+    return {"mode": "parity", "num_envs": args.num_envs, "steps": args.steps, "max_abs_diff": worst,
+            "reward_atol": REWARD_ATOL, "first_mismatch_step": first, "counts": counts, "equal": not first}
+
+
+def range_check(name: str, values: np.ndarray, low: float, high: float) -> dict[str, Any]:
+    """Samples of U[low, high]: inside it (float32 slack), covering it, centred (4 standard errors)."""
+    values = np.asarray(values, dtype=np.float64).ravel()
+    span = high - low
+    slack = 1e-6 * max(1.0, abs(low), abs(high))
+    mean_tol = 4.0 * span / math.sqrt(12.0 * values.size)
+    checks = {
+        "inside": bool(values.min() >= low - slack and values.max() <= high + slack),
+        "covers": bool(values.min() <= low + 0.05 * span and values.max() >= high - 0.05 * span),
+        "centred": bool(abs(values.mean() - (low + high) / 2) <= mean_tol),
+    }
+    return {"name": name, "range": [low, high], "samples": int(values.size), "min": float(values.min()),
+            "max": float(values.max()), "mean": float(values.mean()), **checks, "ok": all(checks.values())}
+
+
+def distribution(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = compose_cfg(args.num_envs, args.seed, ())  # the tree's own ranges
+    env_cfg = cfg.env
+    dev = make_device_env(args.num_envs, args.seed, tuple(args.override), numpy_draws=False)
+    out = dev.reset()
+    root_default = dev._default_root_state.double().cpu().numpy()  # noqa: SLF001
+    qpos = dev.sim.qpos.double().cpu().numpy()
+    qvel = dev.sim.qvel.double().cpu().numpy()
+    kp = (dev.sim.gainprm[:, dev._gain_cols, 0].double() / dev._default_kp.double()).cpu().numpy()  # noqa: SLF001
+    kd = (-dev.sim.biasprm[:, dev._gain_cols, 2].double() / dev._default_kd.double()).cpu().numpy()  # noqa: SLF001
+    events = env_cfg.events
+    pose, vel = events.reset_root_state_uniform.params.pose_range, events.reset_root_state_uniform.params.velocity_range
+    gains = events.pd_gains.params
+    checks = [
+        range_check("root x offset", qpos[:, 0] - root_default[:, 0], *pose.x),
+        range_check("root y offset", qpos[:, 1] - root_default[:, 1], *pose.y),
+        range_check("root yaw", 2 * np.arctan2(qpos[:, 6], qpos[:, 3]), *pose.yaw),
+        range_check("root linear velocity x", qvel[:, 0], *vel.x),
+        range_check("root linear velocity y", qvel[:, 1], *vel.y),
+        range_check("root linear velocity z", qvel[:, 2], *vel.z),
+        range_check("kp scale", kp, *gains.kp_range),
+        range_check("kd scale", kd, *gains.kd_range),
+        range_check("gait phase (left)", dev.state.gait_phase[:, 0].cpu().numpy(), 0.0, 2 * math.pi),
+    ]
+    command = dev.state.command.double().cpu().numpy()
+    ranges = env_cfg.commands.twist.ranges
+    moving = np.hypot(command[:, 0], command[:, 1]) > 0
+    checks.append(range_check("command ang_vel_z", command[:, 2], *ranges.ang_vel_z))
+    checks.append(range_check("command lin_vel_x (moving)", command[moving, 0], *ranges.lin_vel_x))
+    noise = {"joint_pos": [], "joint_vel": []}
+    actions = torch.rand((args.steps, args.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3)) * 2 - 1
+    terms = env_cfg.observations.policy.terms
+    for t in range(args.steps + 1):
+        policy, critic = out.policy_obs.double().cpu().numpy(), out.critic_obs.double().cpu().numpy()
+        noise["joint_pos"].append(policy[:, 6:35] - critic[:, 6:35])
+        noise["joint_vel"].append((policy[:, 35:64] - critic[:, 35:64]) / terms.joint_vel.scale)
+        if t < args.steps:
+            out = dev.step(actions[t].to(dev.device))
+    for name in ("joint_pos", "joint_vel"):
+        spec = terms[name].noise
+        checks.append(range_check(f"{name} noise", np.concatenate(noise[name]), spec.n_min, spec.n_max))
+    return {"mode": "distribution", "num_envs": args.num_envs, "override": list(args.override), "checks": checks,
+            "failed": [c["name"] for c in checks if not c["ok"]], "equal": all(c["ok"] for c in checks)}
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Records the torch calls of a block that read a tensor on the host or copy host data to the device."""
+
+    READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
+    INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
+    FROM_HOST = {"tensor", "as_tensor", "from_numpy"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = getattr(func, "__name__", str(func))
+        if name in self.READS or name in self.FROM_HOST:
+            self.found.append(name)
+        elif name in self.INDEXING and len(args) > 1:
+            index = args[1] if isinstance(args[1], tuple) else (args[1],)
+            for item in index:
+                if isinstance(item, torch.Tensor) and (item.dim() == 0 or item.dtype == torch.bool):
+                    self.found.append(f"{name} with a {'0-d' if item.dim() == 0 else 'boolean'} tensor index")
+        return func(*args, **(kwargs or {}))
+
+
+def host_reads(args: argparse.Namespace) -> dict[str, Any]:
+    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False)
+    if args.broken_index:
+        from unilab.envs.device import terms
+
+        def height(s: Any, minimum_height: float) -> torch.Tensor:
+            return s.sim.qpos[:, s.root_qpos_cols[2]] < minimum_height
+
+        dev._terminations = [(height if twin is terms.root_height_below_minimum else twin, params, time_out)  # noqa: SLF001
+                             for twin, params, time_out in dev._terminations]  # noqa: SLF001
+    dev.reset()
+    actions = torch.rand((args.steps + 1, args.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
+    actions = (actions * 2 - 1).to(dev.device)
+    dev.step(actions[0])
+    mode = HostReads()
+    with mode:
+        for t in range(1, args.steps + 1):
+            dev.step(actions[t])
+    found = sorted(set(mode.found))
+    return {"mode": "host-reads", "steps": args.steps, "host_reads": found, "calls": len(mode.found),
+            "equal": not found}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads"), required=True)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--episode-seconds", type=float, default=1.0,
+                        help="parity: the episode length (time-outs within the run; the tree's is 20 s)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--action-seed", type=int, default=7)
+    parser.add_argument("--perturb-reward", default=None)
+    parser.add_argument("--perturb-kp", action="store_true")
+    parser.add_argument("--override", action="append", default=[], help="distribution: a Hydra override of the env")
+    parser.add_argument("--broken-index", action="store_true", help="host-reads: the negative control")
+    args = parser.parse_args(argv)
+    try:
+        result = {"parity": parity, "distribution": distribution, "host-reads": host_reads}[args.mode](args)
+    except ValueError as exc:  # a task the device env refuses: its one-line reason
+        print(f"device_env_check: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    return 0 if result["equal"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The documents' result tables, generated from the committed run JSONs (never typed by hand).
+
+A block in README.md, a docs/ page or a results folder's README.md is delimited by ``<!-- table:KIND:FOLDER -->``
+and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``), of
+``headline_table`` (``headline``, the front page's) or of ``mjwarp_report`` (``physics`` from run JSONs;
+``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
+seeds per physics), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, and FOLDER a
+results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
+headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
+every such document from its folders; ``--check`` exits 1, naming the first stale block, when a document and
+results disagree (the test suite runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("bench", "evidence")]
+
+import bench_parity  # noqa: E402
+import bench_report  # noqa: E402
+import headline_table  # noqa: E402
+import mjwarp_report  # noqa: E402
+import time_to_reward  # noqa: E402
+
+PROJECT = Path(__file__).resolve().parents[2]
+TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
+    "throughput": bench_report.throughput_table,
+    "timings": bench_report.summary_table,
+    "pace": bench_report.pace_table,
+    "collectors": bench_report.collector_table,
+    "headline": headline_table.headline_table,
+    "physics": mjwarp_report.physics_table,
+}
+#: Tables made from a folder of study JSONs rather than bench runs.
+FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
+    "agreement": mjwarp_report.agreement_table,
+    "env-profile": mjwarp_report.profile_table,
+    "sim-training": mjwarp_report.sim_training_table,
+    "parity": bench_parity.table,
+    "ttr": time_to_reward.table,
+}
+BLOCK = re.compile(r"(<!-- table:(?P<kind>[\w-]+):(?P<folder>[^ ]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def render(kind: str, folder: str, root: Path = PROJECT) -> str:
+    """The table's Markdown from the runs under ``root/folder`` (``+``-joined folders pooled); a missing kind or
+    folder is an error."""
+    if kind in FOLDER_TABLES:
+        if not [*(root / folder).glob("*.json"), *(root / folder).glob("runs/*.json*")]:
+            raise ValueError(f"no JSON in {folder}")
+        return FOLDER_TABLES[kind](root / folder) + "\n"
+    if kind not in TABLES:
+        raise ValueError(f"unknown table kind {kind!r} (known: {', '.join([*TABLES, *FOLDER_TABLES])})")
+    runs = []
+    for part in folder.split("+"):
+        found = bench_report.load_runs(root / part)
+        if not found:
+            raise ValueError(f"no run JSON under {part}")
+        runs.extend({**run, "_folder": part} for run in found)
+    return TABLES[kind](runs) + "\n"
+
+
+def regenerate(text: str, root: Path = PROJECT) -> str:
+    """``text`` with every table block rebuilt from its results folder."""
+    return BLOCK.sub(lambda m: m.group(1) + render(m["kind"], m["folder"], root) + m.group(5), text)
+
+
+def stale_blocks(text: str, root: Path = PROJECT) -> list[str]:
+    """``KIND:FOLDER`` of each block whose body differs from what its results give."""
+    return [f"{m['kind']}:{m['folder']}" for m in BLOCK.finditer(text) if m["body"] != render(m["kind"], m["folder"], root)]
+
+
+def documents(root: Path = PROJECT) -> list[Path]:
+    """The front page, every docs/ page and every results folder's README: where generated tables may live."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted((root / "results").glob("*/README.md"))]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when a block is stale")
+    args = parser.parse_args(argv)
+    try:
+        for doc in documents():
+            text = doc.read_text(encoding="utf-8")
+            if not args.check:
+                doc.write_text(regenerate(text), encoding="utf-8")
+                continue
+            stale = stale_blocks(text)
+            if stale:
+                print(f"readme_tables: {doc.relative_to(PROJECT)} disagrees with results/ in {stale[0]} "
+                      "(run `python experiments/tables/readme_tables.py`)", file=sys.stderr)
+                return 1
+    except ValueError as exc:
+        print(f"readme_tables: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
