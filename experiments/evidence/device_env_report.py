@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 TITLE = "# The device-resident G1 Walk Flat env and collector on MuJoCo Warp"
 

@@ -3,7 +3,7 @@
 
 Run from an applied UniLab tree's root with the overlay first on ``PYTHONPATH`` (as ``make bench`` runs
 UniLab); writes one JSON per case and ``matrix.json`` into ``--out``. For each setting (``report``,
-``unilab-default``: ``experiments/bench_configs.py``) and collector (``host``, ``device``; the device
+``unilab-default``: ``experiments/bench/bench_configs.py``) and collector (``host``, ``device``; the device
 collector on ``task=g1_walk_flat/mjwarp``) it runs UniLab's ``train_flashsac.py``:
 
   sigterm        SIGTERM after ``--signal-after`` iterations: exit code, seconds to exit, the checkpoint,
@@ -15,7 +15,7 @@ collector on ``task=g1_walk_flat/mjwarp``) it runs UniLab's ``train_flashsac.py`
                  ``algo.resume=true`` (and ``training.save_replay=true`` for the device collector): the largest
                  absolute difference of every learner tensor between the two final checkpoints.
 
-  python experiments/preemption_matrix.py --out results/<date>-<machine>-preemption [--settings report]
+  python experiments/evidence/preemption_matrix.py --out results/<date>-<machine>-preemption [--settings report]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_configs import SETTINGS  # noqa: E402
 
 TRAIN = "src/unilab/scripts/train_flashsac.py"

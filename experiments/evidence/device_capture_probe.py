@@ -10,8 +10,10 @@ as training builds it (after a FlashSAC learner exists on the device); each ``-s
 with the env's split capture (torch and Warp graphs in alternation). ``sync-check`` steps the eager env under
 torch's sync debug mode "error": a torch operation that waits on the host fails there with its traceback.
 
-Run from a UniLab tree root with the overlay first on ``PYTHONPATH`` and MuJoCo Warp on a CUDA device:
-``python device_capture_probe.py --output probe.json`` (all parts) or ``--part physics`` (one, printed).
+Run by hand on a GPU host when the env reports that its step stays eager (no make target calls it), from a
+UniLab tree root with the overlay first on ``PYTHONPATH`` and MuJoCo Warp on a CUDA device:
+``python experiments/evidence/device_capture_probe.py --output probe.json`` (every part; the first alone fills
+Warp's kernel cache, the others then run at once) or ``--part physics`` (one, printed).
 """
 
 from __future__ import annotations
