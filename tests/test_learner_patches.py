@@ -555,7 +555,7 @@ def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_
             "runner_uses_it": "with wide_compile_pool()" in inspect.getsource(double_buffer_runner.warm_up_learner)
                 and all("warm_up_learner(" in inspect.getsource(method) for method in (
                     double_buffer_runner.DoubleBufferOffPolicyRunner._warm_up_learner,
-                    device_runner.DeviceCollectorRunner.learn)),
+                    device_runner.DeviceCollectorRunner._learn)),
         }))
         """,
     )

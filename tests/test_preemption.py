@@ -49,7 +49,8 @@ def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, 
 def _env(tree: tuple[Path, Path], **extra: str) -> dict[str, str]:
     root, overlay = tree
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FLASHSAC_PROVENANCE_DIR")}
-    env["PYTHONPATH"] = os.pathsep.join(map(str, (overlay, root / "src", PROJECT / "experiments", PROJECT / "tests")))
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (overlay, root / "src", PROJECT / "experiments" / "evidence",
+                                                  PROJECT / "experiments" / "profile", PROJECT / "tests")))
     return {**env, "UNISIM_MJWARP_ALLOW_CPU": "1", "CUDA_VISIBLE_DEVICES": "", "MUJOCO_GL": "disable", **extra}
 
 
