@@ -27,6 +27,8 @@ REPORT = PROJECT / "experiments" / "evidence" / "policy_eval_report.py"
 RESULTS = PROJECT / "results" / "2026-12-01-cpu2-sim2sim-eval"
 #: The sim-to-sim evidence: five training seeds a side, each final checkpoint evaluated on CPU MuJoCo.
 SEEDS_RESULTS = PROJECT / "results" / "2026-12-01-h200-mjwarp-mps-sim2sim" / "sim2sim" / "eval"
+#: The device-resident collector's evaluations; its references.txt names SEEDS_RESULTS (the CPU MuJoCo arm).
+DEVICE_RESULTS = PROJECT / "results" / "2026-12-02-h200-device-loop" / "sim2sim" / "eval"
 SMALL = ("--num-envs", "8", "--steps", "60")
 
 #: Builds and saves an untrained actor from the tree's config (run in the tree root, overlay on PYTHONPATH).
@@ -169,9 +171,16 @@ def test_missing_inputs_are_one_line(tree: tuple[Path, Path], untrained: Path, t
 
 def test_committed_readme_is_generated_from_its_jsons(tmp_path: Path) -> None:
     check = [sys.executable, str(REPORT), "--check"]
-    for folder in (RESULTS, SEEDS_RESULTS):
+    for folder in (RESULTS, SEEDS_RESULTS, DEVICE_RESULTS):
         proc = subprocess.run([*check, str(folder)], capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr
+    # A folder compared against references reads them in place: without its references.txt the MuJoCo arm, and
+    # with it the verdict, is gone, so the committed README no longer agrees.
+    alone = tmp_path / "alone"
+    shutil.copytree(DEVICE_RESULTS, alone)
+    (alone / "references.txt").unlink()
+    proc = subprocess.run([*check, str(alone)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and "stale" in proc.stderr
     copy = tmp_path / "results"
     shutil.copytree(RESULTS, copy)
     victim = min(copy.glob("*.json"))
@@ -182,10 +191,10 @@ def test_committed_readme_is_generated_from_its_jsons(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "stale" in proc.stderr
 
 
-def _evaluated(sim: str, seed: int, mean: float) -> dict:
+def _evaluated(sim: str, seed: int, mean: float, collector: str = "host") -> dict:
     """The parts of a policy_eval.py JSON the pair table reads: where it trained and its reward per step."""
     trained = {"sim_backend": sim, "num_envs": 256, "batch_size": 256, "updates_per_step": 2, "policy_frequency": 2,
-               "seed": seed}
+               "seed": seed, "collector": collector}
     return {"checkpoint": {"trained": trained}, "across_seeds": {"reward_per_step": {"mean": mean, "std": 0.001}}}
 
 
@@ -199,3 +208,8 @@ def test_pair_table_judges_several_training_seeds_and_refuses_one() -> None:
     assert "**yes**" in policy_eval_report.pair_table(same + mujoco)
     assert "**not shown**" in policy_eval_report.pair_table(worse + mujoco)
     assert "no verdict: one training seed a side" in policy_eval_report.pair_table(same[:1] + mujoco[:1])
+    # The device-resident collector is its own arm: its row is judged apart from the host collector's, so a
+    # worse device arm is not hidden by a good host arm (and the reverse).
+    device_worse = [_evaluated("mjwarp", s, m - 0.06, "device") for s, m in enumerate((0.189, 0.191, 0.187, 0.190, 0.188), 1)]
+    rows = policy_eval_report.pair_table(same + device_worse + mujoco).splitlines()[2:]
+    assert len(rows) == 2 and "**yes**" in rows[0] and "device-resident" in rows[1] and "**not shown**" in rows[1]

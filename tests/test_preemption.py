@@ -13,7 +13,9 @@ device, the host path's real collector process); each check has a negative contr
 - the host path's collector process: SIGTERM to the learner leaves no collector and no resource tracker
   (control: the cleanup left out leaves the collector behind); a second signal during a slow stop exits at
   once, still without orphans; `kill -9` of the collector is reported in one line within seconds; `kill -9`
-  of the learner takes the collector with it (control: without the parent-death signal it stays).
+  of the learner takes the collector with it (control: without the parent-death signal it stays);
+- a second signal while a checkpoint is being written exits at once and leaves no temporary beside the last
+  good checkpoint (control: a temporary the forced exit does not know of stays behind).
 """
 
 from __future__ import annotations
@@ -215,3 +217,40 @@ def test_a_killed_learner_takes_the_collector_with_it(tree: tuple[Path, Path], t
         assert pids["collector"] not in _alive(children)
     finally:
         _reap(children)
+
+
+_CUT_SHORT = r"""
+import os, signal, sys, time
+from uni_rl.offpolicy import preemption
+
+
+class SecondSignal:
+    # Pickled inside torch.save: the second signal lands while the checkpoint's temporary is being written.
+    def __reduce__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1.0)
+        return (int, (0,))
+
+
+if sys.argv[2] == "unrecorded":  # the control: a temporary the forced exit does not know of stays behind
+    preemption._WRITING = type("Unrecorded", (set,), {"add": lambda self, item: None})()
+with preemption.StopSignals():
+    os.kill(os.getpid(), signal.SIGTERM)  # the first signal: a graceful stop is under way
+    time.sleep(0.2)
+    preemption.save_atomically({"weights": [1.0] * 1000, "cut": SecondSignal()}, sys.argv[1])
+"""
+
+
+def test_a_second_signal_during_the_checkpoint_leaves_no_temporary(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    for mode in ("recorded", "unrecorded"):
+        folder = tmp_path / mode
+        folder.mkdir()
+        proc = subprocess.run([sys.executable, "-c", _CUT_SHORT, str(folder / "model_7.pt"), mode], env=_env(tree),
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 143 and "second SIGTERM: exiting now" in proc.stderr, proc.stderr[-2000:]
+        left = sorted(p.name for p in folder.iterdir())
+        assert not (folder / "model_7.pt").exists()
+        if mode == "recorded":
+            assert left == [], left
+        else:
+            assert len(left) == 1 and left[0].startswith(".model_7.pt.") and left[0].endswith(".tmp"), left

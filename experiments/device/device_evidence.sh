@@ -33,6 +33,10 @@
 #           MuJoCo (experiments/evidence/policy_eval.py, EVAL_STEPS (1000) steps × 256 envs, evaluation seed 1), all
 #           concurrently, each on its own core with one math thread; `policy_eval_report.py <folder of the eval JSONs>`
 #           writes the README.
+#   preemption  experiments/evidence/preemption_matrix.py from the tree root, one invocation per setting of
+#           PREEMPTION_SETTINGS (report unilab-default), concurrently on GPU 0, each running PREEMPTION_JOBS (4) cases
+#           side by side; the signal comes after PREEMPTION_AFTER_<setting> iterations (report 200,
+#           unilab-default 20) and a resumed run ends at twice that. Results in $work/preemption-<setting>/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -40,7 +44,7 @@
 # (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval'
+modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption'
 [ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
                   exit 2; }
 budget=${BUDGET_S:-540}
@@ -59,7 +63,7 @@ assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
 { date -u; nproc; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
   >"$work/machine.txt" 2>&1
 # Seed the G1 assets once, before parallel invocations would each try to.
-tree=$(python3 experiments/bench/bench_env.py path unilab-tree) || exit 1
+tree=$(python3 experiments/bench/bench_env.py path unilab-tree) && tree=$(cd "$tree" && pwd) || exit 1
 baseline=$(python3 experiments/bench/bench_env.py path baseline-uni-rl) || exit 1
 sim2sim=${SIM2SIM_DIR:-/tmp/sim2sim}
 python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments/bench'); import bench_env; \
@@ -181,6 +185,16 @@ for mode in "$@"; do
           --num-envs 256 --steps ${EVAL_STEPS:-1000} --seeds 1 --label '$name' \
           --output '$work/sim2sim-eval/$name.json'"
         index=$((index + 1))
+      done
+      ;;
+    preemption)
+      for setting in ${PREEMPTION_SETTINGS:-report unilab-default}; do
+        after_var=PREEMPTION_AFTER_${setting//-/_} after=20
+        [ "$setting" = report ] && after=200
+        after=${!after_var:-$after}
+        on_gpu 0 "preemption-$setting" bash -c "cd '$tree' && PYTHONPATH='$PWD/overlay:$tree/src:$PYTHONPATH' \
+          python3 '$PWD/experiments/evidence/preemption_matrix.py' --out '$work/preemption-$setting' \
+          --settings $setting --signal-after $after --iterations $((2 * after)) --jobs ${PREEMPTION_JOBS:-4}"
       done
       ;;
     *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2

@@ -6,8 +6,7 @@ the env says so in one line and steps eagerly. A failed capture names only the f
 this probe records each part of the step on its own, each in a fresh process (a failed capture poisons the
 process's CUDA state): the MJWarp substeps, MJWarp's masked reset, the kinematics and sensors of a reset, the
 torch terms (terminations, rewards, observations), the masked reset events, the whole step body, and the env
-as training builds it (after a FlashSAC learner exists on the device); each ``-split`` part records the same
-with the env's split capture (torch and Warp graphs in alternation). ``sync-check`` steps the eager env under
+as training builds it (after a FlashSAC learner exists on the device). ``sync-check`` steps the eager env under
 torch's sync debug mode "error": a torch operation that waits on the host fails there with its traceback.
 
 Run by hand on a GPU host when the env reports that its step stays eager (no make target calls it), from a
@@ -45,20 +44,16 @@ def _eager_env() -> Any:
     return env
 
 
-def _capture(env: Any, body: Callable[[], None], split: bool) -> str:
+def _capture(env: Any, body: Callable[[], None]) -> str:
     with env._on_sim_stream():  # noqa: SLF001 - the env's own stream discipline
         body()  # once eagerly, as the env does before its capture
-        record = env.sim.capture_split if split else env.sim.capture
-        graph = record(body, (env.draws.generator,))
+        graph = env.sim.capture(body, (env.draws.generator,))
         graph.replay()
     torch.cuda.synchronize()
     return "captured and replayed"
 
 
 def part_result(part: str) -> str:
-    split = part.endswith("-split")
-    part = part.removesuffix("-split")
-    os.environ["UNILAB_DEVICE_ENV_CAPTURE"] = "split" if split else "whole"
     if part == "env":
         env = make_device_env(NUM_ENVS, 1, (), numpy_draws=False)
         env.reset()
@@ -89,11 +84,11 @@ def part_result(part: str) -> str:
         finally:
             torch.cuda.set_sync_debug_mode("default")
         return "no host sync in three eager steps"
-    return _capture(env, bodies[part], split)
+    return _capture(env, bodies[part])
 
 
 PARTS = ("sync-check", "physics", "reset-data", "forward-rows", "terms", "reset-rows", "body", "env",
-         "env-after-learner", "body-split", "env-split", "env-after-learner-split")
+         "env-after-learner")
 
 
 def main(argv: list[str] | None = None) -> int:

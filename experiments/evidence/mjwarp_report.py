@@ -112,26 +112,40 @@ def profile_table(folder: Path) -> str:
 
 #: Row labels of the sim-training table (its verdict takes the MuJoCo arm as the reference).
 SIM_LABELS = {"mujoco": "CPU MuJoCo", "mjwarp": "MuJoCo Warp (GPU)"}
+#: The arms of a sim-to-sim study: the physics, and for MJWarp the collector (host env or device-resident).
+ARM_LABELS = {**SIM_LABELS, "mjwarp-device": "MuJoCo Warp (GPU), device-resident collector"}
 
 
-def sim_training_table(folder: Path, *, final_last: int = 500) -> str:
-    """Learning per env step on each physics: per-seed metrics and the MJWarp-vs-MuJoCo equivalence verdict.
+def sim_arm(run: dict[str, Any]) -> str:
+    """``mujoco``, ``mjwarp`` (host-env collector) or ``mjwarp-device`` (the device-resident collector)."""
+    backend = str(run.get("backend", "mujoco"))
+    return f"{backend}-device" if run.get("collector") == "device-resident" else backend
+
+
+def sim_training_table(folders: Path | Sequence[Path], *, final_last: int = 500) -> str:
+    """Learning per env step on each arm: per-seed metrics and each arm's equivalence verdict against CPU MuJoCo.
 
     Each run's reward curve is its collector's logged reward on its **own** simulator (exploration on), so this
-    says whether MJWarp-trained runs learn the G1 task as fast per env step as MuJoCo-trained ones, judged by
-    the same two-sided test as the learning-parity check (``parity_stats.verdict``: the 90 % Welch interval of
-    the difference of each metric inside ±15 % of the MuJoCo arm's learning gain).
+    says whether MJWarp-trained runs (host-env or device-resident collector) learn the G1 task as fast per env
+    step as MuJoCo-trained ones, judged by the same two-sided test as the learning-parity check
+    (``parity_stats.verdict``: the 90 % Welch interval of the difference of each metric inside ±15 % of the
+    MuJoCo arm's learning gain). Several folders are pooled: a study of one arm reads the CPU MuJoCo arm from
+    the committed study that trained it, rather than a copy.
     """
-    arms = parity_stats.arm_metrics(bench_report.load_runs(folder), final_last=final_last,
-                                    arm_of=lambda run: str(run.get("backend", "mujoco")))
+    runs = [run for folder in ([folders] if isinstance(folders, Path) else folders)
+            for run in bench_report.load_runs(folder)]
+    arms = parity_stats.arm_metrics(runs, final_last=final_last, arm_of=sim_arm)
     lines = [f"| physics | seeds | area under curve per env step, per seed | final (last {final_last}), per seed |",
              "|---|---|---|---|"]
-    for sim in ("mujoco", "mjwarp"):
-        seeds = arms.get(sim, {})
+    present = [arm for arm in ARM_LABELS if arm in arms or arm == "mujoco"]
+    for arm in present:
+        seeds = arms.get(arm, {})
         cells = [", ".join(f"{seed}: {m[metric]:.3f}" for seed, m in sorted(seeds.items()))
                  for metric in parity_stats.METRICS]
-        lines.append(f"| {SIM_LABELS[sim]} | {len(seeds)} | {' | '.join(cells)} |")
-    result = parity_stats.verdict(arms.get("mjwarp", {}), arms.get("mujoco", {}))
-    lines.append(f"\n**MuJoCo Warp vs CPU MuJoCo: {'EQUIVALENT' if result['passed'] else 'NOT SHOWN EQUIVALENT'}** "
-                 f"— {result['reason']}")
+        lines.append(f"| {ARM_LABELS[arm]} | {len(seeds)} | {' | '.join(cells)} |")
+    for arm in present[1:] or ["mjwarp"]:
+        result = parity_stats.verdict(arms.get(arm, {}), arms.get("mujoco", {}))
+        name = "MuJoCo Warp" if arm == "mjwarp" else ARM_LABELS[arm]
+        lines.append(f"\n**{name} vs CPU MuJoCo: {'EQUIVALENT' if result['passed'] else 'NOT SHOWN EQUIVALENT'}** "
+                     f"— {result['reason']}")
     return "\n".join(lines)

@@ -19,18 +19,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import parity_stats  # noqa: E402
 
-PHYSICS = {"mujoco": "CPU MuJoCo", "mjwarp": "MuJoCo Warp (GPU)"}
+PROJECT = Path(__file__).resolve().parents[2]
+#: The arms, in table order: MJWarp with the host-env collector, with the device-resident one, CPU MuJoCo.
+ARMS = {"mjwarp": "MuJoCo Warp (GPU)", "mjwarp-device": "MuJoCo Warp (GPU), device-resident collector",
+        "mujoco": "CPU MuJoCo"}
+#: In a folder: results folders (relative to the project root, one per line) whose evaluations it is compared
+#: against, e.g. the committed CPU-MuJoCo-trained checkpoints' evaluations for a study of one MJWarp arm.
+REFERENCES = "references.txt"
+
+
+def arm(run: dict[str, Any]) -> str:
+    """The training arm of an evaluation: the physics, and for MJWarp the collector that trained it."""
+    t = run["checkpoint"]["trained"]
+    return f"{t['sim_backend']}-device" if t.get("collector") == "device" else t["sim_backend"]
 
 
 def load(folder: Path) -> list[dict[str, Any]]:
-    """Every evaluation JSON of the folder, grouped by training setting, MJWarp first within a setting."""
+    """Every evaluation JSON of the folder and of its references, grouped by training setting, then by arm."""
     runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
     if not runs:
         raise ValueError(f"no policy_eval JSON in {folder}")
+    listed = folder / REFERENCES
+    for line in listed.read_text(encoding="utf-8").split() if listed.is_file() else []:
+        found = sorted((PROJECT / line).glob("*.json"))
+        if not found:
+            raise ValueError(f"{listed}: no policy_eval JSON in {line}")
+        runs += [{**json.loads(p.read_text(encoding="utf-8")), "_reference": line} for p in found]
     budgets = {json.dumps({k: r["args"][k] for k in ("task", "num_envs", "steps", "seeds")}) for r in runs}
     if len(budgets) > 1:
         raise ValueError(f"the evaluations in {folder} differ in task, envs, steps or seeds: {sorted(budgets)}")
-    return sorted(runs, key=lambda r: (setting(r), r["checkpoint"]["trained"]["sim_backend"] != "mjwarp"))
+    return sorted(runs, key=lambda r: (setting(r), list(ARMS).index(arm(r))))
 
 
 def setting(run: dict[str, Any]) -> str:
@@ -56,7 +74,7 @@ def results_table(runs: Sequence[dict[str, Any]]) -> str:
         s, t = r["across_seeds"], r["checkpoint"]["trained"]
         falls, timeouts = (sum(seed[key] for seed in r["seeds"]) for key in ("terminated_episodes", "truncated_episodes"))
         training = r.get("training", {}).get("reward_last_mean")
-        rows.append(f"| {r['label']} | {PHYSICS.get(t['sim_backend'], t['sim_backend'])} | {setting(r)} "
+        rows.append(f"| {r['label']} | {ARMS[arm(r)]} | {setting(r)} "
                     f"| {pm(s['reward_per_step'])} | {sum(x['completed_episodes'] for x in r['seeds'])} "
                     f"| {pm(s.get('episode_return_mean'), 2)} | {pm(s.get('episode_length_mean'), 1)} "
                     f"| {falls} / {timeouts} | {'–' if training is None else f'{training:.3f}'} |")
@@ -64,21 +82,35 @@ def results_table(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def _by_setting(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """training setting → physics → the ``reward_per_step`` statistics of each checkpoint (one per training seed)."""
+    """training setting → arm → the ``reward_per_step`` statistics of each checkpoint (one per training seed)."""
     out: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in runs:
-        sim = r["checkpoint"]["trained"]["sim_backend"]
-        out.setdefault(setting(r), {}).setdefault(sim, []).append(r["across_seeds"]["reward_per_step"])
+        out.setdefault(setting(r), {}).setdefault(arm(r), []).append(r["across_seeds"]["reward_per_step"])
     return out
 
 
 def training_seeds(runs: Sequence[dict[str, Any]]) -> int:
-    """The fewest checkpoints (training seeds) of one physics in one setting: what any verdict rests on."""
+    """The fewest checkpoints (training seeds) of one arm in one setting: what any verdict rests on."""
     return min(len(checkpoints) for sides in _by_setting(runs).values() for checkpoints in sides.values())
 
 
+def _pair_row(name: str, w: list[dict[str, Any]], m: list[dict[str, Any]]) -> str:
+    counts = f"{len(w)} · {len(m)}"
+    if len(w) < 2 or len(m) < 2:
+        stds = " · ".join("–" if x["std"] is None else f"{x['std']:.4f} (eval seeds)" for x in (w[0], m[0]))
+        return (f"| {name} | {counts} | {fmean(x['mean'] for x in w) - fmean(x['mean'] for x in m):+.4f} "
+                f"| {stds} | no verdict: one training seed a side |")
+    w_means, m_means = [x["mean"] for x in w], [x["mean"] for x in m]
+    interval = parity_stats.welch_interval(w_means, m_means)
+    margin = parity_stats.MARGIN_FRACTION * abs(fmean(m_means))
+    return (f"| {name} | {counts} | {interval.difference:+.4f}, 90% CI [{interval.low:+.4f}, "
+            f"{interval.high:+.4f}] | {stdev(w_means):.4f} · {stdev(m_means):.4f} (training seeds) "
+            f"| {'**yes**' if interval.inside(margin) else '**not shown**'} (±{margin:.4f}) |")
+
+
 def pair_table(runs: Sequence[dict[str, Any]]) -> str:
-    """Per training setting: MJWarp-trained minus MuJoCo-trained eval reward per step, and whether it is within seed noise.
+    """Per training setting and MJWarp arm: MJWarp-trained minus MuJoCo-trained eval reward per step, and whether it is
+    within seed noise (a row per MJWarp arm: the host-env collector's, then the device-resident one's).
 
     With one checkpoint a side there is no verdict: the spread shown is that over evaluation seeds of one policy.
     With two or more a side (training seeds), the rule, fixed before any multi-seed run: the 90 % Welch interval of
@@ -87,22 +119,11 @@ def pair_table(runs: Sequence[dict[str, Any]]) -> str:
     """
     rows = ["| training setting | checkpoints (MJWarp · MuJoCo) | MJWarp-trained − MuJoCo-trained, eval reward / env step "
             "| spread (MJWarp · MuJoCo) | within seed noise |", "|---|---|---|---|---|"]
-    for name, sides in _by_setting(runs).items():
-        if not {"mjwarp", "mujoco"} <= sides.keys():
-            continue
-        w, m = sides["mjwarp"], sides["mujoco"]
-        counts = f"{len(w)} · {len(m)}"
-        if len(w) < 2 or len(m) < 2:
-            stds = " · ".join("–" if x["std"] is None else f"{x['std']:.4f} (eval seeds)" for x in (w[0], m[0]))
-            rows.append(f"| {name} | {counts} | {fmean(x['mean'] for x in w) - fmean(x['mean'] for x in m):+.4f} "
-                        f"| {stds} | no verdict: one training seed a side |")
-            continue
-        w_means, m_means = [x["mean"] for x in w], [x["mean"] for x in m]
-        interval = parity_stats.welch_interval(w_means, m_means)
-        margin = parity_stats.MARGIN_FRACTION * abs(fmean(m_means))
-        rows.append(f"| {name} | {counts} | {interval.difference:+.4f}, 90% CI [{interval.low:+.4f}, "
-                    f"{interval.high:+.4f}] | {stdev(w_means):.4f} · {stdev(m_means):.4f} (training seeds) "
-                    f"| {'**yes**' if interval.inside(margin) else '**not shown**'} (±{margin:.4f}) |")
+    for setting_name, sides in _by_setting(runs).items():
+        for candidate in ("mjwarp", "mjwarp-device"):
+            if {candidate, "mujoco"} <= sides.keys():
+                name = setting_name if candidate == "mjwarp" else f"{setting_name} · {ARMS[candidate]}"
+                rows.append(_pair_row(name, sides[candidate], sides["mujoco"]))
     return "\n".join(rows)
 
 
@@ -123,9 +144,10 @@ def trained_where(runs: Sequence[dict[str, Any]]) -> str:
     lines = []
     for r in runs:
         t, training = r["checkpoint"]["trained"], r.get("training", {})
-        lines.append(f"  - `{r['label']}`: {PHYSICS.get(t['sim_backend'], t['sim_backend'])} on "
+        source = f" (evaluation from `{r['_reference']}`)" if "_reference" in r else ""
+        lines.append(f"  - `{r['label']}`: {ARMS[arm(r)]} on "
                      f"{t['gpu'] or 'an unnamed GPU'}, {setting(r)}, training seed {t['seed']}, "
-                     f"{training.get('iterations', '?')} iterations (update count {r['checkpoint']['update_count']})")
+                     f"{training.get('iterations', '?')} iterations (update count {r['checkpoint']['update_count']}){source}")
     return "\n".join(lines)
 
 
@@ -135,10 +157,22 @@ def contract_note(runs: Sequence[dict[str, Any]]) -> str:
     return f", strict, passed for all {len(runs)}" if strict else "; not strict or without a run config for some: see the JSONs"
 
 
+def machines(runs: Sequence[dict[str, Any]]) -> str:
+    """Each distinct evaluation machine, once (a folder with references may hold evaluations of two)."""
+    seen: list[str] = []
+    for r in runs:
+        m = r["machine"]
+        versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+        text = (f"{m['cpu']}, {m['cpus_usable']} usable CPUs, {m['platform']}, Python {m['python']}, torch on the "
+                f"CPU; {versions}")
+        if text not in seen:
+            seen.append(text)
+    return "; and ".join(seen)
+
+
 def render(runs: Sequence[dict[str, Any]]) -> str:
     first = runs[0]
-    args, machine = first["args"], first["machine"]
-    versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
+    args = first["args"]
     seeds = " ".join(str(s) for s in args["seeds"])
     wall = sum(s["wall_s"] for r in runs for s in r["seeds"])
     iterations = "/".join(sorted({str(r.get("training", {}).get("iterations", "?")) for r in runs}))
@@ -179,9 +213,8 @@ Generated by `experiments/evidence/policy_eval_report.py` from the JSONs here (o
 - **Budget**: task `{args['task']}` (CPU MuJoCo) from the applied tree, {args['num_envs']} envs × {args['steps']}
   env steps × evaluation seeds {seeds}, the same for every checkpoint (the task's time limit,
   `env.max_episode_seconds` 20 s at `ctrl_dt` 0.02 s, is 1000 steps).
-- **Machine** (as the JSONs record it): {machine['cpu']}, {machine['cpus_usable']} usable CPUs (wall times are
-  not measurements: {wall / 60:.0f} min in total), {machine['platform']}, Python
-  {machine['python']}, torch on the CPU; {versions}.
+- **Machine** (as the JSONs record it): {machines(runs)} (wall times are not measurements:
+  {wall / 60:.0f} min in total).
 
 ## Results
 
@@ -214,6 +247,9 @@ python <project>/experiments/evidence/policy_eval.py --checkpoint <run>-actor.pt
   --output results/<folder>/<run>.json
 python <project>/experiments/evidence/policy_eval_report.py results/<folder>
 ```
+
+A folder's `references.txt` names results folders whose evaluations it is compared against (the report reads them
+in place; nothing is copied).
 """
 
 

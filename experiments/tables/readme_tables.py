@@ -5,7 +5,8 @@ A block in README.md, a docs/ page or a results folder's README.md is delimited 
 and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``), of
 ``headline_table`` (``headline``, the front page's) or of ``mjwarp_report`` (``physics`` from run JSONs;
 ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
-seeds per physics), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, and FOLDER a
+seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, ``preemption``
+(preemption_report) from the stop / resume / kill matrix's case JSONs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
 headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
 every such document from its folders; ``--check`` exits 1, naming the first stale block, when a document and
@@ -27,6 +28,7 @@ import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
 import headline_table  # noqa: E402
 import mjwarp_report  # noqa: E402
+import preemption_report  # noqa: E402
 import time_to_reward  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -45,7 +47,10 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "sim-training": mjwarp_report.sim_training_table,
     "parity": bench_parity.table,
     "ttr": time_to_reward.table,
+    "preemption": preemption_report.table,
 }
+#: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
+POOLED_FOLDER_TABLES = frozenset({"sim-training"})
 BLOCK = re.compile(r"(<!-- table:(?P<kind>[\w-]+):(?P<folder>[^ ]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 
@@ -53,9 +58,14 @@ def render(kind: str, folder: str, root: Path = PROJECT) -> str:
     """The table's Markdown from the runs under ``root/folder`` (``+``-joined folders pooled); a missing kind or
     folder is an error."""
     if kind in FOLDER_TABLES:
-        if not [*(root / folder).glob("*.json"), *(root / folder).glob("runs/*.json*")]:
-            raise ValueError(f"no JSON in {folder}")
-        return FOLDER_TABLES[kind](root / folder) + "\n"
+        parts = folder.split("+")
+        if len(parts) > 1 and kind not in POOLED_FOLDER_TABLES:
+            raise ValueError(f"a {kind} table reads one folder, not {folder}")
+        for part in parts:
+            if not [*(root / part).glob("*.json"), *(root / part).glob("runs/*.json*")]:
+                raise ValueError(f"no JSON in {part}")
+        paths = [root / part for part in parts]
+        return FOLDER_TABLES[kind](paths[0] if len(paths) == 1 else paths) + "\n"
     if kind not in TABLES:
         raise ValueError(f"unknown table kind {kind!r} (known: {', '.join([*TABLES, *FOLDER_TABLES])})")
     runs = []
