@@ -11,7 +11,9 @@ What a GPU call cannot be trusted to catch by itself, each with a control that m
   learner on the CPU, 16 envs) writes a run JSON that names the collector ``device-resident`` with its host syncs
   and its iteration split, equal over all iterations to the trainer's own run_summary.json (control: without
   the hook's in-process collection cycle the run's rows cannot be summarized);
-- the report keys rows on the recorded collector (control: the same runs without the field pool into one row).
+- the report keys rows on the recorded collector (control: the same runs without the field pool into one row);
+- the same run records its start-up timeline from launch to the first iteration and the compile caches it
+  found (the phase timer and the cache probe with their controls: ``tests/test_startup_record.py``).
 """
 
 from __future__ import annotations
@@ -237,3 +239,16 @@ def test_the_report_keeps_collectors_apart(device_run: dict) -> None:
     pooled = _rows(mjwarp_report.physics_table(runs), "MuJoCo Warp (GPU)")
     assert [line.split("|")[4].strip() for line in pooled] == ["2"]
     assert len(_rows(bench_report.collector_table(runs), "MuJoCo Warp (GPU)")) == 1
+
+
+def test_a_real_bench_run_records_its_start_up_timeline_and_the_caches_it_found(device_run: dict) -> None:
+    """The device run's start-up record (the host replay pipeline's phases are the GPU runs'; none here)."""
+    startup = device_run["startup"]
+    phases = startup["phases_s"]
+    assert list(phases)[0] == "learner_constructed" and list(phases)[-1] == "first_iteration"
+    assert 0.0 < phases["learner_constructed"] <= phases["warm_up_done"] <= phases["first_iteration"]
+    assert phases["first_iteration"] == device_run["warmup"]["startup_to_first_iteration_s"]
+    assert "collector_started" not in phases and device_run["replay_h2d"] is None  # no collector process, no H2D
+    assert set(startup["compile_caches"]) == set(bench_records.compile_caches.CACHES)
+    assert all(c["path"] for c in startup["compile_caches"].values() if not c.get("off"))
+    assert startup["cold_caches"] == bench_records.compile_caches.cold(startup["compile_caches"])

@@ -1,7 +1,8 @@
 """What the trainer left behind, read into the run JSON: timings, provenance, the resolved config, the collector.
 
-The hook (``hook/flashsac_bench_hook.py``) writes one JSON line per iteration, the overlay's ``sitecustomize``
-one provenance record per process, and UniLab's trainer its ``run_config.json`` and ``run_summary.json``;
+The hook (``hook/flashsac_bench_hook.py``) writes one JSON line per iteration and per start-up phase, the
+overlay's ``sitecustomize`` one provenance record per process, and UniLab's trainer its ``run_config.json`` and
+``run_summary.json``;
 ``benchmark_flashsac_training.py`` turns them into the fields of its run JSON with these functions. Pure
 readers of files and dicts (the physics floor aside), so the tests feed them real and damaged records.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import bench_configs
 import bench_env
+import compile_caches
 import physics_floor
 from bench_env import BenchSetupError
 
@@ -48,6 +50,45 @@ def read_timings(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict
             elif kind == "iteration":
                 rows[int(record["step"])] = record
     return meta, [rows[k] for k in sorted(rows)], end
+
+
+def read_phases(path: Path, pid: int | None) -> dict[str, dict[str, Any]]:
+    """The start-up phases the hook timed in the learner's process (``pid``, the meta record's; any process
+    when the run logged no iteration), the first record of each name."""
+    phases: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line) if line.strip() else {}
+            if record.get("kind") == "phase" and (pid is None or record.get("pid") == pid):
+                phases.setdefault(str(record["name"]), record)
+    return phases
+
+
+def startup_record(phases: dict[str, dict[str, Any]], rows_all: list[dict[str, Any]],
+                   caches: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Seconds from the trainer's start to the end of each start-up phase, in the order they ended, the first
+    iteration last, with what each phase's first call took and the compile caches' state at launch."""
+    ended = sorted(phases.values(), key=lambda p: float(p["end_s"]))
+    first = rows_all[0].get("wall_s") if rows_all else None
+    return {
+        "origin": "the trainer process's start (the bench hook's import)",
+        "phases_s": {**{p["name"]: float(p["end_s"]) for p in ended}, "first_iteration": first},
+        "phase_durations_s": {p["name"]: float(p["end_s"]) - float(p["start_s"]) for p in ended},
+        "compile_caches": caches,
+        "cold_caches": compile_caches.cold(caches),
+    }
+
+
+def replay_h2d_record(phases: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Who copied the replay's ticks to the device and why, from the pipeline's transfer manifest (None: the
+    run built no host replay pipeline, e.g. the device-resident collector; a learner before uni_rl 0033
+    records no choice)."""
+    ready = phases.get("replay_pipeline_ready")
+    if ready is None:
+        return None
+    manifest = ready.get("detail") or {}
+    return {"copy": manifest.get("h2d_copy"), "reason": manifest.get("h2d_copy_reason"),
+            "submitter": manifest.get("h2d_submitter"), "setup_s": float(ready["end_s"]) - float(ready["start_s"])}
 
 
 def read_provenance(directory: Path) -> list[dict[str, Any]]:

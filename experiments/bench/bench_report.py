@@ -369,20 +369,44 @@ def pace_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: Start-up phases the warm-up table shows, as the hook names them (``hook/startup_phases.py``), and their headers.
+STARTUP_COLUMNS = (
+    ("learner_constructed", "learner built"),
+    ("replay_pipeline_ready", "replay transfer ready"),
+    ("objectives_compiled", "objectives compiled"),
+    ("graph_captured", "graph captured"),
+    ("warm_up_done", "warm-up done"),
+    ("collector_started", "collector started"),
+    ("collector_first_request", "collector's 1st request"),
+)
+
+
 def warmup_table(runs: Sequence[dict[str, Any]]) -> str:
-    """Compile/capture warm-up per run, kept out of the summary rows on purpose."""
+    """Compile/capture warm-up per run, kept out of the summary rows on purpose.
+
+    The start-up columns are seconds from launch to the end of each phase (– : the run did not pass through it
+    or predates the record); *cold at launch* lists the compile caches that were empty when the trainer started.
+    """
     lines = [
-        "| run | configuration | schedule | start → 1st iteration (s) | 1st iteration learner (ms) "
-        "| excess learner before window (ms) | Dynamo compile (s) |",
-        "|---|---|---|---|---|---|---|",
+        "| run | configuration | schedule | start → 1st iteration (s) | "
+        + " | ".join(f"{header} (s)" for _, header in STARTUP_COLUMNS)
+        + " | cold at launch | replay H2D copy | 1st iteration learner (ms) | excess learner before window (ms) "
+        "| Dynamo compile (s) |",
+        "|---|---|---|---|" + "---|" * len(STARTUP_COLUMNS) + "---|---|---|---|---|",
     ]
     for run in runs:
         warm = run.get("warmup") or {}
         dynamo = (warm.get("dynamo") or {}).get("phase_total_s") or {}
         compile_s = dynamo.get("_compile.compile_inner")
+        startup = run.get("startup") or {}
+        phases = startup.get("phases_s") or {}
+        cold = (", ".join(startup["cold_caches"]) or "none") if "cold_caches" in startup else "–"
+        h2d = (run.get("replay_h2d") or {}).get("copy") or "–"
         lines.append(
             f"| {run.get('_file', '?')} | {_label(str(run.get('config')), [run])} | {_schedule(run)} | "
-            f"{_fmt(warm.get('startup_to_first_iteration_s'), 1)} | {_fmt(warm.get('first_iteration_learner_train_ms'), 0)} | "
+            f"{_fmt(warm.get('startup_to_first_iteration_s'), 1)} | "
+            + " | ".join(_fmt(phases.get(name), 1) for name, _ in STARTUP_COLUMNS)
+            + f" | {cold} | {h2d} | {_fmt(warm.get('first_iteration_learner_train_ms'), 0)} | "
             f"{_fmt(warm.get('excess_learner_ms'), 0)} | {_fmt(compile_s, 1)} |"
         )
     return "\n".join(lines)

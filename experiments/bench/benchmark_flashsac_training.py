@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_configs  # noqa: E402
 import bench_env  # noqa: E402
 import bench_stats  # noqa: E402
+import compile_caches  # noqa: E402
 import physics_floor  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 from bench_launcher import run_child  # noqa: E402
@@ -53,8 +54,8 @@ from bench_options import (  # noqa: E402
     PROG, config_identity, hydra_overrides, parse_args, require_runnable, selected_config, setting_name,
 )
 from bench_records import (  # noqa: E402
-    applied_state, collector_record, floor_report, last_exception_line, load_json_object, read_provenance,
-    read_timings, training_config,
+    applied_state, collector_record, floor_report, last_exception_line, load_json_object, read_phases,
+    read_provenance, read_timings, replay_h2d_record, startup_record, training_config,
 )
 
 
@@ -87,6 +88,9 @@ def print_summary(payload: dict[str, Any]) -> None:
     print(f"warm-up: first iteration learner {warm['first_iteration_learner_train_ms']:.0f} ms, "
           f"excess before window {warm['excess_learner_ms'] or 0:.0f} ms, "
           f"start to first iteration {warm['startup_to_first_iteration_s'] or 0:.1f} s")
+    startup = payload["startup"]
+    phases = ", ".join(f"{name} {s:.1f}" for name, s in startup["phases_s"].items() if s is not None)
+    print(f"start-up (s from launch): {phases}; cold caches at launch: {', '.join(startup['cold_caches']) or 'none'}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,10 +132,12 @@ def run(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "flashsac_bench_hook",
                str(unilab_root / bench_env.TRAIN_SCRIPT_REL), *hydra_overrides(args, logs)]
     print("$ " + shlex.join(command), flush=True)
+    caches = compile_caches.probe(env)  # what the trainer finds at launch
     started = datetime.datetime.now(datetime.timezone.utc)
     child = run_child(command, cwd=unilab_root, env=env, panel=args.live_panel, timeout_s=args.timeout_s)
 
     meta, rows_all, end = read_timings(timings)
+    phases = read_phases(timings, meta.get("pid"))
     provenance = read_provenance(prov_dir)
     run_config = load_json_object(logs / "run_config.json")
     collector = collector_record(args.collector, meta, load_json_object(logs / "run_summary.json"))
@@ -190,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
         "provenance_processes": len(provenance),
         "provenance_flagged": any(bool(r.get("flagged")) for r in provenance),
         "learner_uni_rl_modules": end.get("uni_rl_modules", []),
+        # launch to each start-up phase, the caches found at launch, who copies the replay to the device
+        "startup": startup_record(phases, rows_all, caches),
+        "replay_h2d": replay_h2d_record(phases),
         "reward": [row.get("reward") for row in rows_all],
     }
     if not provenance:

@@ -20,6 +20,8 @@ file named by ``FLASHSAC_BENCH_TIMINGS``:
   ``uni_rl`` and ``unilab`` were imported from, distribution versions, the data-parallel
   NCCL transport chosen (``dp_nccl_transport``; None for a single rank), the collector
   the learner's runtime manifest names (``collector``; None: the host runners name none);
+* ``{"kind": "phase", "name": ..., "start_s": ..., "end_s": ...}`` when a start-up phase ends (the first call
+  of a function the runner makes anyway: ``startup_phases``), in seconds since this hook was imported;
 * ``{"kind": "iteration", "step": ..., "learner_train_ms": ..., ...}`` per iteration;
 * ``{"kind": "end", ...}`` when the entry returns or raises: Dynamo compile-time
   counters and the sha256 of every ``uni_rl`` module the learner loaded.
@@ -34,8 +36,9 @@ The logger derives no collector cycle from that split (its cycle is the host col
 phases), so for an in-process collector the hook takes the cycle from what the runner handed
 over: action sampling + collection, the part of the iteration that steps the env.
 
-This file must only import the standard library at module level: it is imported
-before the trainer, and must not change which ``uni_rl`` gets imported.
+This file must only import the standard library at module level (``startup_phases``, beside it, is
+standard library only too): it is imported before the trainer, and must not change which ``uni_rl``
+gets imported.
 
 Started by ``benchmark_flashsac_training.py`` (``python -m flashsac_bench_hook``, with this folder,
 ``bench_env.HOOK_DIR``, on the trainer's ``PYTHONPATH``).
@@ -53,6 +56,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import startup_phases
 
 ENV_TIMINGS = "FLASHSAC_BENCH_TIMINGS"
 _T0 = time.perf_counter()
@@ -197,6 +202,7 @@ def install() -> bool:
     if hasattr(OffPolicyLogger.log_step, _INSTALLED_ATTR):
         return True
     _sink = _Sink(path)
+    startup_phases.install(_sink.write, lambda: time.perf_counter() - _T0)
     original = OffPolicyLogger.log_step
     signature = inspect.signature(original)
 

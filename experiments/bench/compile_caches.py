@@ -1,0 +1,101 @@
+"""Whether each compile cache a trainer reads was empty when it was launched.
+
+Why: a run's start-up is minutes on a fresh machine and seconds on a warm one, so a start-up time means
+little without the state of the caches it started from: Inductor's (FX graphs, AOTAutograd, kernels),
+Triton's compiled kernels, the warm-up's compile artifacts (uni_rl 0019, ``FLASHSAC_COMPILE_CACHE_DIR``) and
+torch's JIT-built C++ extensions (the replay transfer's native H2D extension, uni_rl 0033). Each folder is
+resolved from the environment the trainer is given, by the rules torch and uni_rl apply (the tests compare
+with their own functions), and only read: nothing is created. ``empty`` means no file under the folder (a
+missing folder is empty). Called by ``benchmark_flashsac_training.py`` just before it starts the trainer.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import pwd
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: The caches, in the order the report lists them.
+CACHES = ("inductor", "triton", "compile_artifacts", "torch_extensions")
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def _user(env: Mapping[str, str]) -> str:
+    """getpass.getuser() for this environment (its variables, then the password database)."""
+    for key in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if env.get(key):
+            return env[key]
+    return getpass.getuser()
+
+
+def _temp_dir(env: Mapping[str, str]) -> Path:
+    """tempfile.gettempdir() for this environment: the first of TMPDIR, TEMP, TMP naming a folder, else /tmp."""
+    for key in ("TMPDIR", "TEMP", "TMP"):
+        if env.get(key) and Path(env[key]).is_dir():
+            return Path(env[key])
+    return Path("/tmp")
+
+
+def folders(env: Mapping[str, str], *, torch_cuda: str | None) -> dict[str, Path | None]:
+    """Each cache's folder for a trainer started with ``env`` (None: that cache is off).
+
+    ``torch_cuda`` is the trainer's ``torch.version.cuda`` (it names torch's extension folder).
+    """
+    inductor = env.get("TORCHINDUCTOR_CACHE_DIR")
+    inductor_dir = Path(inductor) if inductor is not None else (
+        _temp_dir(env) / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", _user(env))))
+    triton = env.get("TRITON_CACHE_DIR")
+    artifacts = env.get("FLASHSAC_COMPILE_CACHE_DIR")
+    artifacts_dir = None if artifacts == "" else Path(artifacts) if artifacts else (
+        Path(env.get("XDG_CACHE_HOME") or _home(env) / ".cache") / "flashsac-overlay" / "compile")
+    extensions = env.get("TORCH_EXTENSIONS_DIR")
+    if extensions is not None:
+        extensions_dir = Path(extensions)
+    else:
+        build = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_" + (
+            "cpu" if torch_cuda is None else f"cu{torch_cuda.replace('.', '')}")
+        root = Path(env.get("XDG_CACHE_HOME", str(_home(env) / ".cache"))) / "torch_extensions"
+        extensions_dir = Path(os.path.realpath(root)) / build
+    return {
+        "inductor": inductor_dir,
+        # Inductor compiles Triton kernels into its own folder unless TRITON_CACHE_DIR names another.
+        "triton": Path(triton) if triton is not None else inductor_dir / "triton",
+        "compile_artifacts": artifacts_dir,
+        "torch_extensions": extensions_dir,
+    }
+
+
+def contents(folder: Path | None) -> dict[str, Any]:
+    """Files and bytes under ``folder`` and whether it holds none; an unreadable entry is skipped."""
+    if folder is None:
+        return {"path": None, "files": 0, "bytes": 0, "empty": None, "off": True}
+    files = size = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            files += 1
+    return {"path": str(folder), "files": files, "bytes": size, "empty": files == 0}
+
+
+def probe(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The state of every cache a trainer started with ``env`` finds (this interpreter's torch names the
+    extension folder: the trainer runs on it too)."""
+    import torch
+
+    return {name: contents(folder) for name, folder in folders(env, torch_cuda=torch.version.cuda).items()}
+
+
+def cold(caches: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The caches that were empty at launch (a cache that is off is not listed)."""
+    return [name for name in CACHES if (caches.get(name) or {}).get("empty") is True]

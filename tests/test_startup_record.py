@@ -1,0 +1,188 @@
+"""The bench's start-up record, on the CPU: the compile caches found at launch and the phases' timeline.
+
+Each with a control that must fail:
+
+- ``compile_caches`` resolves every cache folder as torch and uni_rl do, under the defaults and under each
+  variable that moves it (torch's and uni_rl's own functions answer in a fresh process with the same
+  environment); an empty artifact folder turns the cache off;
+- a folder is empty until a real ``torch.compile`` writes into it (a folder holding only folders is empty too);
+- the hook's phase timer wraps a real uni_rl function when its module is imported, without importing
+  anything earlier, times only its first call and puts the original back (the wrapped state is seen first);
+- the report's warm-up table shows the timeline and the cold caches, and "–" for a run that predates them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+PROJECT = Path(__file__).resolve().parents[1]
+BENCH = PROJECT / "experiments" / "bench"
+sys.path[:0] = [str(BENCH), str(BENCH / "hook")]
+
+import bench_records  # noqa: E402
+import bench_report  # noqa: E402
+import compile_caches  # noqa: E402
+import startup_phases  # noqa: E402
+
+#: torch's and uni_rl's own answer for the folders, in a fresh process (their calls may create folders).
+ORACLE = r"""
+import json, os
+from torch._inductor.runtime.cache_dir_utils import cache_dir, triton_cache_dir
+from torch.utils.cpp_extension import _get_build_directory
+from uni_rl.algos.common.compile import compile_cache_file
+artifact = compile_cache_file("probe")
+triton = triton_cache_dir(0)
+print(json.dumps({
+    "inductor": cache_dir(),
+    "triton": triton if "TRITON_CACHE_DIR" in os.environ else os.path.dirname(triton),
+    "compile_artifacts": None if artifact is None else str(artifact.parent),
+    "torch_extensions": os.path.dirname(_get_build_directory("probe", False)),
+}))
+"""
+MOVED = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHSAC_COMPILE_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
+         "XDG_CACHE_HOME", "TMPDIR", "TEMP", "TMP", "HOME")
+
+
+def _environment(tmp_path: Path, **moved: str) -> dict[str, str]:
+    """This process's environment with every folder variable unset but a private HOME and TMPDIR, then ``moved``."""
+    env = {k: v for k, v in os.environ.items() if k not in MOVED and k != "PYTHONPATH"}
+    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env.update(HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path / "tmp"), **moved)
+    return env
+
+
+def _oracle(env: dict[str, str], uni_rl_root: Path) -> dict[str, str | None]:
+    proc = subprocess.run([sys.executable, "-c", ORACLE], env={**env, "PYTHONPATH": str(uni_rl_root)},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _probed(env: dict[str, str]) -> dict[str, str | None]:
+    import torch
+
+    found = compile_caches.folders(env, torch_cuda=torch.version.cuda)
+    return {name: None if folder is None else str(folder) for name, folder in found.items()}
+
+
+def test_cache_folders_are_where_torch_and_uni_rl_put_them(patched_uni_rl_root: Path, tmp_path: Path) -> None:
+    variants = {
+        "defaults": {},
+        "xdg": {"XDG_CACHE_HOME": str(tmp_path / "xdg")},
+        "each moved": {name: str(tmp_path / name.lower()) for name in MOVED[:4]},
+        "artifacts off": {"FLASHSAC_COMPILE_CACHE_DIR": ""},
+    }
+    seen = []
+    for name, moved in variants.items():
+        env = _environment(tmp_path, **moved)
+        probed = _probed(env)
+        assert probed == _oracle(env, patched_uni_rl_root), name
+        seen.append(probed)
+    # Control: every variant moves some folder, so a probe that ignored the environment would fail above.
+    assert len({json.dumps(p, sort_keys=True) for p in seen}) == len(variants)
+    assert seen[-1]["compile_artifacts"] is None
+
+
+def test_a_cache_is_empty_until_a_real_compile_fills_it(tmp_path: Path) -> None:
+    env = _environment(tmp_path, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), FLASHSAC_COMPILE_CACHE_DIR="")
+    before = compile_caches.probe(env)
+    assert before["inductor"]["empty"] is True and before["inductor"]["files"] == 0  # the folder does not exist
+    assert before["compile_artifacts"]["off"] is True and "compile_artifacts" not in compile_caches.cold(before)
+    (tmp_path / "inductor" / "fxgraph" / "empty").mkdir(parents=True)
+    assert compile_caches.probe(env)["inductor"]["empty"] is True  # folders alone (torch makes them eagerly)
+    code = "import torch\nf = torch.compile(lambda x: (x * 2).sin())\nf(torch.ones(8))\n"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = compile_caches.probe(env)
+    assert after["inductor"]["empty"] is False and after["inductor"]["files"] > 0 and after["inductor"]["bytes"] > 0
+    assert "inductor" in compile_caches.cold(before) and "inductor" not in compile_caches.cold(after)
+
+
+#: In a fresh process: the hook's phase timer on a real uni_rl class, before and after its module's import.
+PHASED = r"""
+import json, sys, time
+import startup_phases
+records = []
+phases = [startup_phases.Phase("replay_buffer_built", "uni_rl.ipc.replay_buffer", "ReplayBuffer.__init__",
+                               detail="storage_width")]
+startup_phases.install(records.append, time.perf_counter, phases)
+early = sorted(m for m in ("torch", "uni_rl.ipc.replay_buffer") if m in sys.modules)
+from uni_rl.ipc.replay_buffer import ReplayBuffer
+wrapped = hasattr(ReplayBuffer.__init__, "__wrapped__")
+begin = time.perf_counter()
+ReplayBuffer(capacity=64, obs_dim=5, action_dim=2, device="cpu", ingress_slot_rows=16, critic_dim=3)
+took = time.perf_counter() - begin
+ReplayBuffer(capacity=64, obs_dim=5, action_dim=2, device="cpu", ingress_slot_rows=16, critic_dim=3)
+print(json.dumps({"early": early, "wrapped_before": wrapped, "took": took, "records": records,
+                  "wrapped_after": hasattr(ReplayBuffer.__init__, "__wrapped__")}))
+"""
+
+
+def test_the_phase_timer_times_a_first_call_and_puts_the_original_back(patched_uni_rl_root: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH / "hook"), str(patched_uni_rl_root)])
+    proc = subprocess.run([sys.executable, "-c", PHASED], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["early"] == []  # installing imported nothing the trainer imports
+    assert out["wrapped_before"] is True and out["wrapped_after"] is False  # control: the timer really was there
+    (record,) = out["records"]  # the second construction is not timed
+    assert record["name"] == "replay_buffer_built" and record["detail"] == 2 * 5 + 2 + 3 + 2 * 3
+    assert 0.0 < record["end_s"] - record["start_s"] <= out["took"]
+
+
+def test_the_timeline_reads_the_learners_phases_in_the_order_they_ended(tmp_path: Path) -> None:
+    sink = tmp_path / "timings.jsonl"
+    lines = [
+        {"kind": "meta", "pid": 7},
+        {"kind": "phase", "name": "warm_up_done", "pid": 7, "start_s": 6.0, "end_s": 20.0},
+        {"kind": "phase", "name": "learner_constructed", "pid": 7, "start_s": 2.0, "end_s": 5.5},
+        {"kind": "phase", "name": "learner_constructed", "pid": 8, "start_s": 1.0, "end_s": 99.0},  # another rank
+        {"kind": "phase", "name": "replay_pipeline_ready", "pid": 7, "start_s": 5.5, "end_s": 6.0,
+         "detail": {"h2d_copy": "torch_copy_stream", "h2d_copy_reason": "not requested", "h2d_submitter": "x"}},
+    ]
+    sink.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    phases = bench_records.read_phases(sink, 7)
+    caches = {"inductor": {"empty": True}, "triton": {"empty": False}, "compile_artifacts": {"off": True, "empty": None}}
+    record = bench_records.startup_record(phases, [{"wall_s": 31.0}], caches)
+    assert list(record["phases_s"].items()) == [("learner_constructed", 5.5), ("replay_pipeline_ready", 6.0),
+                                                ("warm_up_done", 20.0), ("first_iteration", 31.0)]
+    assert record["phase_durations_s"]["warm_up_done"] == 14.0 and record["cold_caches"] == ["inductor"]
+    h2d = bench_records.replay_h2d_record(phases)
+    assert h2d == {"copy": "torch_copy_stream", "reason": "not requested", "submitter": "x", "setup_s": 0.5}
+    assert bench_records.replay_h2d_record({}) is None  # no host replay pipeline (the device collector)
+    run = {"_file": "r.json", "config": "patched-default", "warmup": {"startup_to_first_iteration_s": 31.0},
+           "startup": record, "replay_h2d": h2d}
+    (row,) = bench_report.warmup_table([run]).splitlines()[2:]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    columns = [name for name, _ in bench_report.STARTUP_COLUMNS]
+    assert cells[3] == "31.0" and cells[4 + columns.index("learner_constructed")] == "5.5"
+    assert cells[4 + columns.index("warm_up_done")] == "20.0" and cells[4 + columns.index("graph_captured")] == "–"
+    assert cells[4 + len(columns):6 + len(columns)] == ["inductor", "torch_copy_stream"]
+    # Control: a run from before the record shows dashes, not zeros.
+    (old,) = bench_report.warmup_table([{**run, "startup": None, "replay_h2d": None}]).splitlines()[2:]
+    assert [c.strip() for c in old.split("|")[1:-1]][4:6 + len(columns)] == ["–"] * (len(columns) + 2)
+
+
+def test_the_reports_columns_are_phases_the_hook_times_and_each_names_a_patched_function(
+        patched_uni_rl_root: Path) -> None:
+    """A renamed function would silently drop its phase from every run: each must exist in the overlay."""
+    assert {name for name, _ in bench_report.STARTUP_COLUMNS} <= {phase.name for phase in startup_phases.PHASES}
+    code = ("import importlib, json, sys\nfound = []\n"
+            "for module, attribute in json.loads(sys.argv[1]):\n    obj = importlib.import_module(module)\n"
+            "    for part in attribute.split('.'):\n        obj = getattr(obj, part, None)\n"
+            "    found.append(callable(obj))\nprint(json.dumps(found))\n")
+    wanted = [[phase.module, phase.attribute] for phase in startup_phases.PHASES]
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(patched_uni_rl_root)}
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(wanted)], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True] * len(wanted)
