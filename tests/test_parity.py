@@ -166,3 +166,25 @@ def test_sim_training_table_compares_the_physics_of_the_runs(tmp_path: Path) -> 
         write(_arm("patched-default", [0.01, -0.04, 0.04, -0.01, 0.0], gain=candidate_gain), "mjwarp", folder)
     assert "**MuJoCo Warp vs CPU MuJoCo: EQUIVALENT**" in mjwarp_report.sim_training_table(same, final_last=100)
     assert "NOT SHOWN EQUIVALENT" in mjwarp_report.sim_training_table(worse, final_last=100)
+
+
+def test_sim_training_table_judges_the_device_collector_as_its_own_arm_across_pooled_folders(tmp_path: Path) -> None:
+    """The device-resident collector's runs are their own arm, judged against CPU MuJoCo runs of another folder
+    (read in place); a worse device arm is flagged beside a good host arm, and without the MuJoCo folder there
+    is no verdict."""
+    import mjwarp_report
+
+    mujoco, study = tmp_path / "mujoco", tmp_path / "study"
+    for folder in (mujoco, study):
+        folder.mkdir()
+    for run in _arm("patched-default", [0.0, 0.05, -0.05, 0.02, -0.02]):
+        run["backend"] = "mujoco"
+        (mujoco / f"mujoco-{run['training_config']['seed']}.json").write_text(json.dumps(run))
+    for arm, gain, collector in (("host", 3.0, "host"), ("device", 2.0, "device-resident")):
+        for run in _arm("patched-default", [0.01, -0.04, 0.04, -0.01, 0.0], gain=gain):
+            run["backend"], run["collector"] = "mjwarp", collector
+            (study / f"{arm}-{run['training_config']['seed']}.json").write_text(json.dumps(run))
+    table = mjwarp_report.sim_training_table([study, mujoco], final_last=100)
+    assert "**MuJoCo Warp vs CPU MuJoCo: EQUIVALENT**" in table
+    assert "**MuJoCo Warp (GPU), device-resident collector vs CPU MuJoCo: NOT SHOWN EQUIVALENT**" in table
+    assert "too few finished seeds" in mjwarp_report.sim_training_table(study, final_last=100)
