@@ -36,7 +36,8 @@
 #   preemption  experiments/evidence/preemption_matrix.py from the tree root, one invocation per setting of
 #           PREEMPTION_SETTINGS (report unilab-default), concurrently on GPU 0, each running PREEMPTION_JOBS (4) cases
 #           side by side; the signal comes after PREEMPTION_AFTER_<setting> iterations (report 200,
-#           unilab-default 20) and a resumed run ends at twice that. Results in $work/preemption-<setting>/.
+#           unilab-default 20) and a resumed run ends at twice that; PREEMPTION_FAULTS (all) names some of the
+#           matrix's faults (e.g. resume). Results in $work/preemption-<setting>/ (checkpoints stay on the machine).
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -50,7 +51,8 @@ modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|pree
 budget=${BUDGET_S:-540}
 work=/tmp/evidence
 rm -rf "$work" && mkdir -p "$work"
-trap 'tar czf "$OUT/evidence.tgz" -C "$work" .' EXIT
+# Checkpoints stay on the machine (the preemption matrix writes GBs of them; the device returns 16 MiB a file).
+trap 'tar czf "$OUT/evidence.tgz" --exclude="*.pt" -C "$work" .' EXIT
 bash experiments/device/device_bench.sh install || exit 1
 export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
   PYTHONUNBUFFERED=1
@@ -194,7 +196,8 @@ for mode in "$@"; do
         after=${!after_var:-$after}
         on_gpu 0 "preemption-$setting" bash -c "cd '$tree' && PYTHONPATH='$PWD/overlay:$tree/src:$PYTHONPATH' \
           python3 '$PWD/experiments/evidence/preemption_matrix.py' --out '$work/preemption-$setting' \
-          --settings $setting --signal-after $after --iterations $((2 * after)) --jobs ${PREEMPTION_JOBS:-4}"
+          --settings $setting --signal-after $after --iterations $((2 * after)) --jobs ${PREEMPTION_JOBS:-4} \
+          ${PREEMPTION_FAULTS:+--faults $PREEMPTION_FAULTS}"
       done
       ;;
     *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2
