@@ -277,7 +277,8 @@ def recovery(fields, disable_restore=False, **switches):
     for field in fields:
         l = learner(finite_guard=True, deferred_metrics=True, **switches)
         if disable_restore:  # negative control: the guard as it was before patch 0016
-            l._guarded_restore_statistics = lambda *args: None
+            for kind in ("critic", "actor", "normalizer"):
+                setattr(l, f"_guarded_restore_{kind}_statistics", lambda *args: None)
         cycle(l, batch(1)); cycle(l, batch(2))
         before = state(l)
         poisoned = batch(3)
@@ -355,8 +356,8 @@ def test_one_bad_batch_does_not_stop_learning_compiled(patched_uni_rl_root: Path
         + RECOVERY
         + f"r = recovery({fields!r}, use_compile=True, compile_full_objectives=True)\n"
         "l = learner(use_compile=True, compile_full_objectives=True, finite_guard=True)\n"
-        "r['compiled'] = l.compile_full_objectives and l._guarded_restore_statistics != "
-        "l._guarded_restore_statistics_eager\n"
+        "r['compiled'] = l.compile_full_objectives and l._guarded_restore_critic_statistics != "
+        "l._guarded_restore_critic_statistics_eager\n"
         "print(json.dumps(r))"
     )
     result = run_snippet(patched_uni_rl_root, body)
