@@ -176,16 +176,23 @@ class SideBySide:
     always. A run's exception is raised in each test that reads it.
     """
 
-    def __init__(self, request: pytest.FixtureRequest, runs: dict[str, Callable[[], Any]],
-                 shared: dict[str, Callable[[], Any]] | None = None) -> None:
-        selected = {item.originalname for item in request.session.items
-                    if getattr(item, "module", None) is request.module}
-        unknown = set(runs) - {name for name in dir(request.module) if name.startswith("test_")}
-        assert not unknown, f"runs for no test of {request.module.__name__}: {sorted(unknown)}"
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
         self._pool = ThreadPoolExecutor(max_workers=CORES)
+        self._shared: dict[str, Future] = {}
+        self._futures: dict[str, Future] = {}
+
+    def start(self, runs: dict[str, Callable[[], Any]],
+              shared: dict[str, Callable[[], Any]] | None = None) -> SideBySide:
+        """Start the shared runs, then the selected tests' runs (a run may wait for a shared one)."""
+        module = self._request.module
+        selected = {item.originalname for item in self._request.session.items
+                    if getattr(item, "module", None) is module}
+        unknown = set(runs) - {name for name in dir(module) if name.startswith("test_")}
+        assert not unknown, f"runs for no test of {module.__name__}: {sorted(unknown)}"
         self._shared = {name: self._pool.submit(run) for name, run in (shared or {}).items()}
-        self._futures: dict[str, Future] = {name: self._pool.submit(run) for name, run in runs.items()
-                                            if name in selected}
+        self._futures = {name: self._pool.submit(run) for name, run in runs.items() if name in selected}
+        return self
 
     def result(self, request: pytest.FixtureRequest) -> Any:
         """The result of the run for the test that asks."""

@@ -90,7 +90,7 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest, trees: tuple[Path, Path, Path], out: Path) -> Iterator[SideBySide]:
     """The pristine trajectory and each test's patched-side trajectory, side by side (one torch thread each)."""
-    started = SideBySide(request, {
+    started = SideBySide(request).start({
         "test_patched_tree_steps_bitwise_like_pristine":
             lambda: trajectory(trees[1], out / "patched.npz", overlay=trees[2], provenance=out / "prov"),
         "test_comparison_sees_the_overlay_unisim":

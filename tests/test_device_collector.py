@@ -113,7 +113,7 @@ def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
         "test_sync_free_exploration_parts_where_no_env_redraws":
             lambda: harness(tree, where("explore-one"), "explore", "--num-envs", "1"),
     }
-    started = SideBySide(request, table)
+    started = SideBySide(request).start(table)
     yield started
     started.close()
 

@@ -74,7 +74,8 @@ CHECKS = {
 
 @pytest.fixture(scope="module")
 def checks(request: pytest.FixtureRequest, tree: tuple[Path, Path]) -> Iterator[SideBySide]:
-    runs = SideBySide(request, {name: functools.partial(check, tree, *args) for name, args in CHECKS.items()})
+    runs = SideBySide(request).start({name: functools.partial(check, tree, *args)
+                                      for name, args in CHECKS.items()})
     yield runs
     runs.close()
 

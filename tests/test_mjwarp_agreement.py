@@ -50,7 +50,7 @@ def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide]:
     """Each test's harness run, side by side (one torch thread each)."""
     out = tmp_path_factory.mktemp("agreement")
-    started = SideBySide(request, {
+    started = SideBySide(request).start({
         "test_mjwarp_step_agrees_with_mujoco": lambda: agreement(tree, out / "agree.json"),
         "test_small_control_shift_fails": lambda: agreement(tree, out / "shift.json", *SMALL, "--perturb-ctrl", "0.01"),
         "test_mujoco_against_itself_is_exact": lambda: agreement(tree, out / "same.json", *SMALL, "--mujoco-both"),
