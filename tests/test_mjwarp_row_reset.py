@@ -16,13 +16,12 @@ import os
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import PROJECT, runnable_tree
+from conftest import ONE_THREAD, PROJECT, runnable_tree, side_by_side
 
 sys.path.insert(0, str(PROJECT / "experiments" / "profile"))
 from collector_profile import compare_trajectories  # noqa: E402
@@ -38,7 +37,8 @@ NUM_ENVS = 64
 
 def warp_cpu_env(pythonpath: list[str], **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "UNISIM_MJWARP_ROW_RESET")}
-    env.update(PYTHONPATH=os.pathsep.join(pythonpath), MUJOCO_GL="disable", UNISIM_MJWARP_ALLOW_CPU="1", **extra)
+    env.update(PYTHONPATH=os.pathsep.join(pythonpath), MUJOCO_GL="disable", UNISIM_MJWARP_ALLOW_CPU="1",
+               **ONE_THREAD, **extra)
     return env
 
 
@@ -85,12 +85,11 @@ def test_row_route_trajectory_is_bitwise_the_whole_array_route(
     source = (broken / ROW_COMMIT).read_text()
     assert source.count(SCATTER_LINE) == 1
     (broken / ROW_COMMIT).write_text(source.replace(SCATTER_LINE, "target[rows[row], column] = source[0, column]"))
-    # Three independent single-threaded processes: side by side, one per core.
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        runs = [pool.submit(trajectory, tree, overlay, tmp_path / "whole.npz", UNISIM_MJWARP_ROW_RESET="0"),
-                pool.submit(trajectory, tree, overlay, tmp_path / "rows.npz"),
-                pool.submit(trajectory, tree, broken, tmp_path / "broken.npz")]
-        whole, rows, broken_rows = (run.result() for run in runs)
+    # Three independent processes (one torch thread each): side by side, one per core.
+    whole, rows, broken_rows = side_by_side(
+        lambda: trajectory(tree, overlay, tmp_path / "whole.npz", UNISIM_MJWARP_ROW_RESET="0"),
+        lambda: trajectory(tree, overlay, tmp_path / "rows.npz"),
+        lambda: trajectory(tree, broken, tmp_path / "broken.npz"))
     assert int(whole["reset_mask"].sum()) > 0
     assert compare_trajectories(whole, rows) == []
     problems = compare_trajectories(whole, broken_rows)
