@@ -10,7 +10,9 @@ import subprocess
 import sys
 import tarfile
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +156,59 @@ def make(*args: str, cwd: Path = PROJECT, **extra: str) -> subprocess.CompletedP
     env.update(extra)
     return subprocess.run(["make", "--no-print-directory", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
+
+
+#: Independent child processes run side by side, one per core: most of this suite's time is single-threaded
+#: children (imports, one env, one learner), so on CI's 2 cores two of them take the time of one.
+CORES = max(2, os.cpu_count() or 2)
+#: The environment of a child that runs beside others and does not set its own torch threads: one OpenMP thread.
+#: Two children with a thread per core each spin for the cores (a numerics worker pair on 2 cores: 97 s of CPU
+#: instead of 26), and their small tensors gain nothing from a second thread.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+class SideBySide:
+    """The slow, independent runs of one test module, started together (CORES at a time) when the module's first
+    test asks, so that each test then takes its own result instead of waiting for its run alone.
+
+    `runs` maps a test's function name to the call that makes its result; only runs whose test is selected start
+    (`pytest -k` runs no others), in the module's order. `shared` runs (several tests read them) start first,
+    always. A run's exception is raised in each test that reads it.
+    """
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+        self._pool = ThreadPoolExecutor(max_workers=CORES)
+        self._shared: dict[str, Future] = {}
+        self._futures: dict[str, Future] = {}
+
+    def start(self, runs: dict[str, Callable[[], Any]],
+              shared: dict[str, Callable[[], Any]] | None = None) -> SideBySide:
+        """Start the shared runs, then the selected tests' runs (a run may wait for a shared one)."""
+        module = self._request.module
+        selected = {item.originalname for item in self._request.session.items
+                    if getattr(item, "module", None) is module}
+        unknown = set(runs) - {name for name in dir(module) if name.startswith("test_")}
+        assert not unknown, f"runs for no test of {module.__name__}: {sorted(unknown)}"
+        self._shared = {name: self._pool.submit(run) for name, run in (shared or {}).items()}
+        self._futures = {name: self._pool.submit(run) for name, run in runs.items() if name in selected}
+        return self
+
+    def result(self, request: pytest.FixtureRequest) -> Any:
+        """The result of the run for the test that asks."""
+        return self._futures[request.node.originalname].result()
+
+    def shared(self, name: str) -> Any:
+        """The result of a shared run."""
+        return self._shared[name].result()
+
+    def close(self) -> None:
+        """Wait for the started runs, drop those not started (after a failure with -x, say)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def side_by_side(*calls: Callable[[], Any]) -> list[Any]:
+    """Independent calls of one test (each mostly a child process), CORES at a time; their results in order."""
+    with ThreadPoolExecutor(max_workers=CORES) as pool:
+        futures = [pool.submit(call) for call in calls]
+        return [future.result() for future in futures]

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import side_by_side
+
 SNIPPET = """
 import json, sys
 from pathlib import Path
@@ -43,26 +45,30 @@ def _run(root: Path, tmp: Path, name: str, action: str, key: str = "k", artifact
 
 def test_artifacts_of_one_process_turn_a_new_machines_compile_into_hits(patched_uni_rl_root: Path,
                                                                         tmp_path: Path) -> None:
-    first = _run(patched_uni_rl_root, tmp_path, "first", "save")
+    # The control's cold compile does not wait for the first process: side by side, one per core.
+    first, cold = side_by_side(lambda: _run(patched_uni_rl_root, tmp_path, "first", "save"),
+                               lambda: _run(patched_uni_rl_root, tmp_path, "cold", "none"))
     assert first["saved"] and Path(first["path"]).is_file() and first["misses"] >= 1
     assert not list(Path(first["path"]).parent.glob(".*.partial"))  # written atomically, nothing left over
     fresh = _run(patched_uni_rl_root, tmp_path, "fresh", "load")
     assert fresh["loaded"] and fresh["hits"] >= 1 and fresh["misses"] == 0
     assert fresh["value"] == first["value"]
     # Control: the same fresh machine without the artifacts compiles from scratch.
-    cold = _run(patched_uni_rl_root, tmp_path, "cold", "none")
     assert cold["hits"] == 0 and cold["misses"] >= 1
 
 
 def test_damaged_foreign_or_disabled_artifacts_change_nothing(patched_uni_rl_root: Path, tmp_path: Path) -> None:
-    path = Path(_run(patched_uni_rl_root, tmp_path, "probe", "load-only", key="damaged")["path"])
+    # Independent processes side by side, one per core; the damaged file's run needs the probe's path.
+    probe, other_key, nothing_compiled, off = side_by_side(
+        lambda: _run(patched_uni_rl_root, tmp_path, "probe", "load-only", key="damaged"),
+        lambda: _run(patched_uni_rl_root, tmp_path, "other", "load-only", key="never-saved"),
+        lambda: _run(patched_uni_rl_root, tmp_path, "empty", "save-only", key="empty"),
+        lambda: _run(patched_uni_rl_root, tmp_path, "off", "load-only", artifacts=""))
+    path = Path(probe["path"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"not a torch artifact")
     damaged = _run(patched_uni_rl_root, tmp_path, "damaged", "load-only", key="damaged")
     assert not damaged["loaded"] and f"[compile cache] ignoring {path}" in damaged["stderr"]
-    other_key = _run(patched_uni_rl_root, tmp_path, "other", "load-only", key="never-saved")
     assert not other_key["loaded"] and other_key["path"] != str(path)
-    nothing_compiled = _run(patched_uni_rl_root, tmp_path, "empty", "save-only", key="empty")
     assert not nothing_compiled["saved"] and not Path(nothing_compiled["path"]).exists()
-    off = _run(patched_uni_rl_root, tmp_path, "off", "load-only", artifacts="")
     assert off["path"] == "None" and not off["loaded"]

@@ -20,6 +20,9 @@ control that must fail on a broken input:
 - a NaN batch is skipped by the finite guard and training goes on (control: without the guard the NaN reaches
   the policy and the env refuses its actions).
 
+The processes are independent and run side by side, one per core (conftest.SideBySide; the harness and the
+trainer's thread budget give each one torch thread on 2 cores); each test asserts on its own.
+
 What needs a GPU (CUDA events, the whole-cycle graph and the graphed inference inside this loop, a MuJoCo Warp
 device env) is not run here; see the README.
 """
@@ -30,11 +33,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import PROJECT, runnable_tree
+from conftest import PROJECT, SideBySide, runnable_tree, side_by_side
 
 HARNESS = PROJECT / "tests" / "device_collector_harness.py"
 TRAIN = "src/unilab/scripts/train_flashsac.py"
@@ -71,23 +76,70 @@ def harness(tree: tuple[Path, Path], tmp_path: Path, mode: str, *args: str) -> d
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_ring_holds_exactly_the_transitions_the_env_produced(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    result = harness(tree, tmp_path, "ring")
+def _train(tree: tuple[Path, Path], logs: Path, *settings: str, **extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+    return _run(tree, TRAIN, *settings, f"training.log_dir='{logs}'", **extra), logs
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide]:
+    """Each test's process (the harness or UniLab's command line, one torch thread each), side by side."""
+    def where(name: str) -> Path:
+        return tmp_path_factory.mktemp(name.removeprefix("test_")[:40])
+
+    device = ("training.collector=device", f"+training.device_env_factory={FACTORY}")
+    mjwarp = [s for s in CLI_SETTINGS if not s.startswith(("task=", "algo.max_iterations"))]
+    table: dict[str, Callable[[], Any]] = {
+        "test_ring_holds_exactly_the_transitions_the_env_produced": lambda: harness(tree, where("ring"), "ring"),
+        "test_off_by_one_ring_index_is_caught": lambda: harness(tree, where("ring-broken"), "ring", "--broken"),
+        "test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint":
+            lambda: _train(tree, where("hydra") / "run", *CLI_SETTINGS, *device),
+        "test_hydra_cli_trains_on_the_mjwarp_device_env":
+            lambda: _train(tree, where("mjwarp") / "run", "task=g1_walk_flat/mjwarp", *mjwarp,
+                           "algo.max_iterations=6", "training.collector=device", UNISIM_MJWARP_ALLOW_CPU="1",
+                           MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES=""),
+        "test_a_task_without_a_device_env_is_refused_in_one_line":
+            lambda: _train(tree, where("refused") / "run", *CLI_SETTINGS, "training.collector=device"),
+        "test_learner_update_on_the_device_ring_equals_the_host_path":
+            lambda: harness(tree, where("equivalence"), "equivalence"),
+        "test_equivalence_sees_a_wrong_terminal_observation":
+            lambda: harness(tree, where("equivalence-broken"), "equivalence", "--broken"),
+        "test_finite_guard_skips_a_nan_batch_and_training_goes_on":
+            lambda: harness(tree, where("finite-guard"), "finite-guard"),
+        "test_without_the_finite_guard_the_nan_batch_reaches_the_policy":
+            lambda: _run(tree, str(HARNESS), "finite-guard", "--broken", "--log-dir",
+                         str(where("finite-guard-broken") / "logs")),
+        "test_sync_free_exploration_is_the_host_tests_exploration": lambda: harness(tree, where("explore"), "explore"),
+        "test_sync_free_exploration_parts_where_no_env_redraws":
+            lambda: harness(tree, where("explore-one"), "explore", "--num-envs", "1"),
+    }
+    started = SideBySide(request).start(table)
+    yield started
+    started.close()
+
+
+@pytest.fixture
+def ran(request: pytest.FixtureRequest, runs: SideBySide) -> Any:
+    """This test's process: the harness's JSON, or (for UniLab's command line) the process and its log folder."""
+    return runs.result(request)
+
+
+def test_ring_holds_exactly_the_transitions_the_env_produced(ran: dict) -> None:
+    result = ran
     assert result["steps"] >= 250 and result["dones"] > 16 and result["wrapped"], result
     assert result["problems"] == []
     assert result["summary"]["collector"] == "device-resident"
 
 
-def test_off_by_one_ring_index_is_caught(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    result = harness(tree, tmp_path, "ring", "--broken")
+def test_off_by_one_ring_index_is_caught(ran: dict) -> None:
+    result = ran
     assert result["wrapped"]
     assert any(problem.endswith(": obs") for problem in result["problems"]), result["problems"][:10]
 
 
-def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    logs = tmp_path / "run"
-    proc = _run(tree, TRAIN, *CLI_SETTINGS, "training.collector=device", f"+training.device_env_factory={FACTORY}",
-                f"training.log_dir='{logs}'")
+def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Path, Path], tmp_path: Path,
+                                                                 ran: tuple[subprocess.CompletedProcess, Path]) -> None:
+    proc, logs = ran
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     summary = json.loads((logs / "run_summary.json").read_text())
     assert summary["status"] == "completed" and summary["completed_iterations"] == 12
@@ -102,22 +154,19 @@ def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Pat
     assert b"collector/host_syncs_per_iteration" in events and b"timing/collector_env_step_ms" in events
     assert sorted(p.name for p in logs.glob("model_*.pt")) == ["model_10.pt", "model_12.pt", "model_5.pt"]
 
-    loaded = harness(tree, tmp_path, "checkpoint", "--checkpoint", str(logs / "model_12.pt"))
+    loaded, broken = side_by_side(
+        lambda: harness(tree, tmp_path, "checkpoint", "--checkpoint", str(logs / "model_12.pt")),
+        lambda: _run(tree, str(HARNESS), "checkpoint", "--checkpoint", str(logs / "model_12.pt"), "--broken"))
     # The learner's keys and the resume state beside them (uni_rl 0030).
     assert loaded["keys"] == sorted([*loaded["learner_keys"], "training_state"])
     assert loaded["update_count"] == 12 and loaded["actor_equal"]
-    broken = _run(tree, str(HARNESS), "checkpoint", "--checkpoint", str(logs / "model_12.pt"), "--broken")
     assert broken.returncode != 0 and "KeyError: 'actor'" in broken.stderr
 
 
-def test_hydra_cli_trains_on_the_mjwarp_device_env(tree: tuple[Path, Path], tmp_path: Path) -> None:
+def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
     """The real device env (unilab 0006) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
     device, the task's own factory with the run's env override."""
-    logs = tmp_path / "run"
-    settings = [s for s in CLI_SETTINGS if not s.startswith(("task=", "algo.max_iterations"))]
-    proc = _run(tree, TRAIN, "task=g1_walk_flat/mjwarp", *settings, "algo.max_iterations=6",
-                "training.collector=device", f"training.log_dir='{logs}'", UNISIM_MJWARP_ALLOW_CPU="1",
-                MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES="")
+    proc, logs = ran
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     summary = json.loads((logs / "run_summary.json").read_text())
     assert summary["status"] == "completed" and summary["completed_iterations"] == 6
@@ -125,46 +174,46 @@ def test_hydra_cli_trains_on_the_mjwarp_device_env(tree: tuple[Path, Path], tmp_
     assert (logs / "model_5.pt").is_file()
 
 
-def test_a_task_without_a_device_env_is_refused_in_one_line(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    proc = _run(tree, TRAIN, *CLI_SETTINGS, "training.collector=device", f"training.log_dir='{tmp_path / 'run'}'")
+def test_a_task_without_a_device_env_is_refused_in_one_line(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
+    proc, logs = ran
     assert proc.returncode != 0
     expected = ("ValueError: training.collector=device: task G1WalkFlat on backend mujoco has no device env "
                 "factory (known: G1WalkFlat/mjwarp); use training.collector=host")
     assert expected in proc.stderr.splitlines(), proc.stderr[-3000:]
-    assert not (tmp_path / "run" / "model_12.pt").exists()
+    assert not (logs / "model_12.pt").exists()
 
 
-def test_learner_update_on_the_device_ring_equals_the_host_path(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    result = harness(tree, tmp_path, "equivalence")
+def test_learner_update_on_the_device_ring_equals_the_host_path(ran: dict) -> None:
+    result = ran
     assert result["dones"] > 0 and result["state_keys"] > 100
     assert result["batches_equal"] == [True, True]
     assert result["metrics_equal"] and result["state_equal"] and result["finite"], result
 
 
-def test_equivalence_sees_a_wrong_terminal_observation(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    result = harness(tree, tmp_path, "equivalence", "--broken")
+def test_equivalence_sees_a_wrong_terminal_observation(ran: dict) -> None:
+    result = ran
     assert False in result["batches_equal"] and not result["state_equal"], result
 
 
-def test_finite_guard_skips_a_nan_batch_and_training_goes_on(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    result = harness(tree, tmp_path, "finite-guard")
+def test_finite_guard_skips_a_nan_batch_and_training_goes_on(ran: dict) -> None:
+    result = ran
     skips, finite_losses = result["critic_skip_rates"], result["critic_losses_finite"]
     first_skip = next(i for i, rate in enumerate(skips) if rate > 0)
     assert not all(finite_losses) and result["finite"], result
     assert skips[-1] == 0.0 and finite_losses[-1] and first_skip > 0, result
 
 
-def test_without_the_finite_guard_the_nan_batch_reaches_the_policy(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    proc = _run(tree, str(HARNESS), "finite-guard", "--broken", "--log-dir", str(tmp_path / "logs"))
+def test_without_the_finite_guard_the_nan_batch_reaches_the_policy(ran: subprocess.CompletedProcess) -> None:
+    proc = ran
     assert proc.returncode != 0
     assert "ActionManager received an action containing NaN or Inf." in proc.stderr, proc.stderr[-3000:]
 
 
-def test_sync_free_exploration_is_the_host_tests_exploration(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    result = harness(tree, tmp_path, "explore")
+def test_sync_free_exploration_is_the_host_tests_exploration(ran: dict) -> None:
+    result = ran
     assert result == {"steps": 200, "actions_equal": 200, "streams_equal": 200}
 
 
-def test_sync_free_exploration_parts_where_no_env_redraws(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    result = harness(tree, tmp_path, "explore", "--num-envs", "1")
+def test_sync_free_exploration_parts_where_no_env_redraws(ran: dict) -> None:
+    result = ran
     assert result["streams_equal"] < result["steps"], result

@@ -1,7 +1,9 @@
 """The device-resident G1 Walk Flat env (unilab patch: ``unilab.envs.device``) is the task of UniLab 1.3.2.
 
 Every check runs ``experiments/evidence/device_env_check.py`` in a fresh process from the applied tree, on MuJoCo Warp's
-CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, not only its pieces.
+CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, not only its pieces. The checks
+are independent processes and run side by side, one per core with one torch thread (conftest.SideBySide); each
+test asserts on its own.
 
 1. Fed UniLab's own NumPy draws, the device env steps the NumPy env's trajectory: 16 envs x 120 steps of
    random actions with 1 s episodes (terminations and time-outs, dozens of resets), both observation groups,
@@ -17,16 +19,18 @@ CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, n
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import PROJECT, runnable_tree
+from conftest import ONE_THREAD, PROJECT, SideBySide, runnable_tree
 
 CHECK = PROJECT / "experiments" / "evidence" / "device_env_check.py"
 
@@ -40,7 +44,7 @@ def check(tree: tuple[Path, Path], *args: str) -> tuple[int, dict, str]:
     root, overlay = tree
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable",
-               UNISIM_MJWARP_ALLOW_CPU="1", CUDA_VISIBLE_DEVICES="")
+               UNISIM_MJWARP_ALLOW_CPU="1", CUDA_VISIBLE_DEVICES="", **ONE_THREAD)
     proc = subprocess.run([sys.executable, str(CHECK), *args], cwd=root, env=env, capture_output=True, text=True,
                           timeout=900, check=False)
     lines = proc.stdout.strip().splitlines()
@@ -48,8 +52,42 @@ def check(tree: tuple[Path, Path], *args: str) -> tuple[int, dict, str]:
     return proc.returncode, result, proc.stderr
 
 
-def test_device_env_steps_the_numpy_envs_trajectory(tree: tuple[Path, Path]) -> None:
-    rc, result, err = check(tree, "--mode", "parity", "--num-envs", "16", "--steps", "120")
+TWIN_MISSING = ("+reward.penalty_lin_vel_z={func: unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z,"
+                " weight: -1.0, params: {sensor_name: pelvis_local_linvel}}")
+#: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
+CHECKS = {
+    "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "120"),
+    "test_a_perturbed_reward_term_is_reported": ("--mode", "parity", "--steps", "30",
+                                                 "--perturb-reward", "penalty_feet_ori"),
+    "test_a_wrong_kp_range_changes_the_physics": ("--mode", "parity", "--steps", "10", "--perturb-kp"),
+    "test_device_env_draws_have_the_configs_distributions": ("--mode", "distribution", "--num-envs", "256",
+                                                             "--steps", "10"),
+    "test_a_wrong_range_fails_the_distribution_check": ("--mode", "distribution", "--num-envs", "256", "--steps", "2",
+                                                        "--override", "env.events.pd_gains.params.kp_range=[0.95,1.05]"),
+    "test_a_term_without_a_twin_is_refused": ("--mode", "distribution", "--num-envs", "16", "--steps", "1",
+                                              "--override", TWIN_MISSING),
+    "test_the_step_reads_nothing_on_the_host": ("--mode", "host-reads", "--num-envs", "16", "--steps", "20"),
+    "test_a_0d_tensor_index_is_a_host_read": ("--mode", "host-reads", "--num-envs", "16", "--steps", "3",
+                                              "--broken-index"),
+}
+
+
+@pytest.fixture(scope="module")
+def checks(request: pytest.FixtureRequest, tree: tuple[Path, Path]) -> Iterator[SideBySide]:
+    runs = SideBySide(request).start({name: functools.partial(check, tree, *args)
+                                      for name, args in CHECKS.items()})
+    yield runs
+    runs.close()
+
+
+@pytest.fixture
+def checked(request: pytest.FixtureRequest, checks: SideBySide) -> tuple[int, dict, str]:
+    """This test's check: its exit status, its JSON line and its stderr."""
+    return checks.result(request)
+
+
+def test_device_env_steps_the_numpy_envs_trajectory(checked: tuple[int, dict, str]) -> None:
+    rc, result, err = checked
     assert rc == 0, (result, err[-3000:])
     assert result["first_mismatch_step"] == {}
     diffs = result["max_abs_diff"]
@@ -58,50 +96,47 @@ def test_device_env_steps_the_numpy_envs_trajectory(tree: tuple[Path, Path]) -> 
     assert result["counts"]["terminated"] > 16 and result["counts"]["truncated"] > 0
 
 
-def test_a_perturbed_reward_term_is_reported(tree: tuple[Path, Path]) -> None:
-    rc, result, err = check(tree, "--mode", "parity", "--steps", "30", "--perturb-reward", "penalty_feet_ori")
+def test_a_perturbed_reward_term_is_reported(checked: tuple[int, dict, str]) -> None:
+    rc, result, err = checked
     assert rc == 1, (result, err[-3000:])
     assert result["first_mismatch_step"]["reward"] <= 2
     assert result["max_abs_diff"]["obs"] == 0.0  # only the reward moved
 
 
-def test_a_wrong_kp_range_changes_the_physics(tree: tuple[Path, Path]) -> None:
-    rc, result, err = check(tree, "--mode", "parity", "--steps", "10", "--perturb-kp")
+def test_a_wrong_kp_range_changes_the_physics(checked: tuple[int, dict, str]) -> None:
+    rc, result, err = checked
     assert rc == 1, (result, err[-3000:])
     assert result["first_mismatch_step"]["qpos"] == 0
 
 
-def test_device_env_draws_have_the_configs_distributions(tree: tuple[Path, Path]) -> None:
-    rc, result, err = check(tree, "--mode", "distribution", "--num-envs", "256", "--steps", "10")
+def test_device_env_draws_have_the_configs_distributions(checked: tuple[int, dict, str]) -> None:
+    rc, result, err = checked
     assert rc == 0, (result.get("failed"), err[-3000:])
     assert len(result["checks"]) == 13
 
 
-def test_a_wrong_range_fails_the_distribution_check(tree: tuple[Path, Path]) -> None:
-    rc, result, err = check(tree, "--mode", "distribution", "--num-envs", "256", "--steps", "2",
-                            "--override", "env.events.pd_gains.params.kp_range=[0.95,1.05]")
+def test_a_wrong_range_fails_the_distribution_check(checked: tuple[int, dict, str]) -> None:
+    rc, result, err = checked
     assert rc == 1, (result, err[-3000:])
     assert result["failed"] == ["kp scale"]
 
 
-def test_a_term_without_a_twin_is_refused(tree: tuple[Path, Path]) -> None:
-    extra = ("+reward.penalty_lin_vel_z={func: unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z,"
-             " weight: -1.0, params: {sensor_name: pelvis_local_linvel}}")
-    rc, _, err = check(tree, "--mode", "distribution", "--num-envs", "16", "--steps", "1", "--override", extra)
+def test_a_term_without_a_twin_is_refused(checked: tuple[int, dict, str]) -> None:
+    rc, _, err = checked
     assert rc == 2
     assert err.strip().splitlines()[-1] == (
         "device_env_check: the device env has no torch twin of reward term 'penalty_lin_vel_z' "
         "(unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z); use training.collector=host for this task")
 
 
-def test_the_step_reads_nothing_on_the_host(tree: tuple[Path, Path]) -> None:
-    rc, result, err = check(tree, "--mode", "host-reads", "--num-envs", "16", "--steps", "20")
+def test_the_step_reads_nothing_on_the_host(checked: tuple[int, dict, str]) -> None:
+    rc, result, err = checked
     assert rc == 0, (result, err[-3000:])
     assert result["host_reads"] == [] and result["calls"] == 0
 
 
-def test_a_0d_tensor_index_is_a_host_read(tree: tuple[Path, Path]) -> None:
-    rc, result, err = check(tree, "--mode", "host-reads", "--num-envs", "16", "--steps", "3", "--broken-index")
+def test_a_0d_tensor_index_is_a_host_read(checked: tuple[int, dict, str]) -> None:
+    rc, result, err = checked
     assert rc == 1, (result, err[-3000:])
     assert result["host_reads"] == ["__getitem__ with a 0-d tensor index"]
 

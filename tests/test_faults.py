@@ -1,11 +1,25 @@
-"""Apply and revert under faults, enumerated rather than sampled, on the real pinned trees.
+"""Apply and revert under faults, at every distinct kind of mutation, on the real pinned trees.
 
-A clean apply and a clean revert are traced first (PATCHSET_FAULT_TRACE): that gives N, the number of filesystem
-mutations each makes through the one write layer (patchset/fsops.py). Then, for every mutation 1..N of each, the
-process is stopped just before it by SIGTERM (orderly rollback), by an injected ENOSPC, and by kill -9 followed by
-each recovery path (status then revert; apply). After every step the checkout and the overlay must be byte- and
-mode-exact to pristine or to applied, hold no temporary of ours, carry a consistent state, and every failure must
-be one line on stderr. Points run in parallel threads (each its own tree copy); the subprocesses do the work.
+A clean apply and a clean revert are traced first (PATCHSET_FAULT_TRACE): that gives the list of filesystem
+mutations each makes through the one write layer (patchset/fsops.py), "<n> <op> <path>". At each chosen mutation
+the process is stopped just before it by SIGTERM (orderly rollback), by an injected ENOSPC, and by kill -9
+followed by each recovery path (status then revert; apply). After every step the checkout and the overlay must be
+byte- and mode-exact to pristine or to applied, hold no temporary of ours, carry a consistent state, and every
+failure must be one line on stderr. Points run in parallel threads (each its own tree copy); the subprocesses do
+the work.
+
+Which mutations: `covering_points` computes them from the recorded trace (FAULTS_EVERY_MUTATION=1 takes every
+one). Each mutation has a kind (its op: mkdir, fill, write, fsync, rename, unlink, rmdir, rmtree) and a role (the
+part of the trees it touches: the journal directory, the state file in it, a checkout file, an overlay package,
+the overlay's manifest; `mutation_role`). What a fault leaves behind is decided by the mutation it interrupts
+(its kind and role say which temporary or half-made entry can exist, and which branch of the rollback or of the
+finished revert meets it) and by which earlier mutations completed. Recovery treats the files of one role one
+by one, each by its own journal record through the same branch (restore from the backup, unlink a created file,
+skip a file already as wanted), so two points inside one run of a kind x role differ only in how many such
+files are already done. The first and the last mutation of every kind x role therefore cover every distinct
+path: "none of this kind done yet" and "all but the last done", with every earlier group complete. The first
+and the last mutation of the whole trace are always among them. A mutation of an unknown role fails the test,
+so a new kind of write cannot slip past the selection.
 """
 
 from __future__ import annotations
@@ -22,8 +36,56 @@ from pathlib import Path
 import pytest
 from conftest import make_overlay, patchset
 from faultcheck import differences, json_problems, output_problems, snapshot
+from patchset.fsops import TMP_PREFIX
+from patchset.overlay import MANIFEST
+from patchset.state import state_dir
 
 WORKERS = max(2, os.cpu_count() or 2)
+#: FAULTS_EVERY_MUTATION=1: exercise every traced mutation, not only the covering ones (minutes longer).
+EVERY_MUTATION = os.environ.get("FAULTS_EVERY_MUTATION") == "1"
+ROLES = ("journal", "state", "checkout file", "overlay package", "overlay manifest")
+
+
+def mutation_role(path: Path, checkout: Path, overlay: Path) -> str:
+    """The part of the trees a traced mutation touches (one of ROLES), from its path and the traced run's roots.
+
+    The journal is the state directory (made whole under a temporary name, discarded under another); the state is
+    the state file inside it, rewritten when the phase changes; the overlay's manifest is its MANIFEST.json.
+    """
+    journal = state_dir(checkout)
+    if path == overlay / MANIFEST or (path.parent == overlay and path.name.startswith(f"{TMP_PREFIX}{MANIFEST}-")):
+        return "overlay manifest"
+    if path.is_relative_to(overlay):
+        return "overlay package"
+    if path.is_relative_to(journal) and path != journal:
+        return "state"
+    if path == journal or (path.parent == checkout
+                           and path.name.startswith((f"{TMP_PREFIX}state-", f"{TMP_PREFIX}discard-"))):
+        return "journal"
+    if path.is_relative_to(checkout):
+        return "checkout file"
+    raise ValueError(f"a mutation outside the checkout {checkout} and the overlay {overlay}: {path}")
+
+
+def mutation_kinds(trace: list[str], checkout: Path, overlay: Path) -> list[tuple[str, str]]:
+    """(op, role) of every traced mutation, in trace order."""
+    kinds = []
+    for line in trace:
+        _, op, path = line.split(" ", 2)
+        kinds.append((op, mutation_role(Path(path), checkout, overlay)))
+    return kinds
+
+
+def covering_points(trace: list[str], checkout: Path, overlay: Path) -> list[int]:
+    """The 1-based mutations to stop at: the first and the last of every (op, role), and of the whole trace.
+
+    Why these cover every distinct path: the module's docstring.
+    """
+    groups: dict[tuple[str, str], list[int]] = {}
+    for number, kind in enumerate(mutation_kinds(trace, checkout, overlay), 1):
+        groups.setdefault(kind, []).append(number)
+    kept = {1, len(trace)} | {numbers[0] for numbers in groups.values()} | {numbers[-1] for numbers in groups.values()}
+    return sorted(kept)
 
 
 @dataclass(frozen=True)
@@ -35,6 +97,11 @@ class Reference:
     applied: tuple[dict[str, str], dict[str, str]]
     apply_trace: list[str]
     revert_trace: list[str]
+    traced_in: tuple[Path, Path] = (Path(), Path())  # the checkout and overlay the traces were recorded in
+
+    def points(self, trace: list[str]) -> list[int]:
+        """The mutations a fault test stops at: covering_points, or all of them with FAULTS_EVERY_MUTATION=1."""
+        return list(range(1, len(trace) + 1)) if EVERY_MUTATION else covering_points(trace, *self.traced_in)
 
 
 class Point:
@@ -79,7 +146,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, pristine_template: Path)
     applied = (snapshot(point.checkout), snapshot(point.overlay))
     revert_trace = _traced(point, "revert", base / "revert.trace")
     assert (snapshot(point.checkout), snapshot(point.overlay)) == pristine
-    return Reference(pristine_template, pristine, applied, apply_trace, revert_trace)
+    return Reference(pristine_template, pristine, applied, apply_trace, revert_trace, (point.checkout, point.overlay))
 
 
 def _apply_point(point: Point, k: int) -> None:
@@ -120,16 +187,16 @@ def _revert_point(point: Point, k: int) -> None:
     point.expect("pristine", "kill -9, apply, revert")
 
 
-def _enumerate(base: Path, ref: Reference, n: int, scenario: Callable[[Point, int], None]) -> list[str]:
+def _enumerate(base: Path, ref: Reference, trace: list[str], points: list[int],
+               scenario: Callable[[Point, int], None]) -> list[str]:
     def one(k: int) -> list[str]:
         point = Point(base / f"point-{k}", ref)
         scenario(point, k)
         if not point.problems:
             shutil.rmtree(base / f"point-{k}")
-        return [f"mutation {k} ({(ref.apply_trace if scenario is _apply_point else ref.revert_trace)[k - 1]}): {p}"
-                for p in point.problems]
+        return [f"mutation {k} ({trace[k - 1]}): {p}" for p in point.problems]
     with ThreadPoolExecutor(WORKERS) as pool:
-        return [p for found in pool.map(one, range(1, n + 1)) for p in found]
+        return [p for found in pool.map(one, points) for p in found]
 
 
 def test_traces_name_every_kind_of_mutation(reference: Reference) -> None:
@@ -142,17 +209,35 @@ def test_traces_name_every_kind_of_mutation(reference: Reference) -> None:
     print(f"mutation points: apply {len(reference.apply_trace)}, revert {len(reference.revert_trace)}")
 
 
-def test_kill_at_every_mutation_of_apply(tmp_path: Path, reference: Reference) -> None:
+def test_every_mutation_has_a_role_and_every_kind_is_kept(reference: Reference) -> None:
+    """The selection tells the trees' parts apart (apply and revert each touch all five roles), keeps every
+    kind x role of each trace and its first and last mutation, and skips some; a path outside both roots is
+    refused rather than given a role."""
+    for trace in (reference.apply_trace, reference.revert_trace):
+        kinds = mutation_kinds(trace, *reference.traced_in)
+        assert {role for _, role in kinds} == set(ROLES), kinds
+        kept = covering_points(trace, *reference.traced_in)
+        assert {kinds[k - 1] for k in kept} == set(kinds)
+        assert kept[0] == 1 and kept[-1] == len(trace) and len(kept) < len(trace)
+        print(f"{len(kept)} of {len(trace)} mutations cover {len(set(kinds))} kinds x roles")
+    with pytest.raises(ValueError, match="outside the checkout"):
+        mutation_role(Path("/elsewhere/file"), *reference.traced_in)
+
+
+def test_kill_at_every_kind_of_mutation_of_apply(tmp_path: Path, reference: Reference) -> None:
     start = time.monotonic()
-    problems = _enumerate(tmp_path, reference, len(reference.apply_trace), _apply_point)
-    print(f"apply: {len(reference.apply_trace)} mutation points in {time.monotonic() - start:.0f} s")
+    points = reference.points(reference.apply_trace)
+    problems = _enumerate(tmp_path, reference, reference.apply_trace, points, _apply_point)
+    print(f"apply: {len(points)} of {len(reference.apply_trace)} mutation points in {time.monotonic() - start:.0f} s")
     assert not problems, "\n".join(problems)
 
 
-def test_kill_at_every_mutation_of_revert(tmp_path: Path, reference: Reference) -> None:
+def test_kill_at_every_kind_of_mutation_of_revert(tmp_path: Path, reference: Reference) -> None:
     start = time.monotonic()
-    problems = _enumerate(tmp_path, reference, len(reference.revert_trace), _revert_point)
-    print(f"revert: {len(reference.revert_trace)} mutation points in {time.monotonic() - start:.0f} s")
+    points = reference.points(reference.revert_trace)
+    problems = _enumerate(tmp_path, reference, reference.revert_trace, points, _revert_point)
+    print(f"revert: {len(points)} of {len(reference.revert_trace)} mutation points in "
+          f"{time.monotonic() - start:.0f} s")
     assert not problems, "\n".join(problems)
 
 

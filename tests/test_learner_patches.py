@@ -700,9 +700,9 @@ def test_full_objective_compile_matches_eager_on_cpu(
 
     def run(key: str) -> tuple[str, Any]:
         root, path, config = jobs[key]
-        return key, run_worker(root, path, config, tmp_path, key.replace("/", "_"))
+        return key, run_worker(root, path, config, tmp_path, key.replace("/", "_"), torch_threads=1)
 
-    # Two cores: the compiling worker on one, the four eager ones on the other.
+    # Two cores: the compiling worker on one, the four eager ones on the other (one torch thread each).
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = "patched/fp32/full_objective_compile"
         results = dict(pool.map(run, [first, *(key for key in jobs if key != first)]))

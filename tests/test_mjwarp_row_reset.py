@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PROJECT, runnable_tree
+from conftest import ONE_THREAD, PROJECT, runnable_tree, side_by_side
 
 sys.path.insert(0, str(PROJECT / "experiments" / "profile"))
 from collector_profile import compare_trajectories  # noqa: E402
@@ -37,7 +37,8 @@ NUM_ENVS = 64
 
 def warp_cpu_env(pythonpath: list[str], **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "UNISIM_MJWARP_ROW_RESET")}
-    env.update(PYTHONPATH=os.pathsep.join(pythonpath), MUJOCO_GL="disable", UNISIM_MJWARP_ALLOW_CPU="1", **extra)
+    env.update(PYTHONPATH=os.pathsep.join(pythonpath), MUJOCO_GL="disable", UNISIM_MJWARP_ALLOW_CPU="1",
+               **ONE_THREAD, **extra)
     return env
 
 
@@ -79,15 +80,17 @@ def test_row_route_trajectory_is_bitwise_the_whole_array_route(
     tree: Path, applied_session: tuple[Path, Path], tmp_path: Path
 ) -> None:
     overlay = applied_session[1]
-    whole = trajectory(tree, overlay, tmp_path / "whole.npz", UNISIM_MJWARP_ROW_RESET="0")
-    rows = trajectory(tree, overlay, tmp_path / "rows.npz")
-    assert int(whole["reset_mask"].sum()) > 0
-    assert compare_trajectories(whole, rows) == []
-
     broken = tmp_path / "overlay-broken-scatter"
     shutil.copytree(overlay, broken)
     source = (broken / ROW_COMMIT).read_text()
     assert source.count(SCATTER_LINE) == 1
     (broken / ROW_COMMIT).write_text(source.replace(SCATTER_LINE, "target[rows[row], column] = source[0, column]"))
-    problems = compare_trajectories(whole, trajectory(tree, broken, tmp_path / "broken.npz"))
+    # Three independent processes (one torch thread each): side by side, one per core.
+    whole, rows, broken_rows = side_by_side(
+        lambda: trajectory(tree, overlay, tmp_path / "whole.npz", UNISIM_MJWARP_ROW_RESET="0"),
+        lambda: trajectory(tree, overlay, tmp_path / "rows.npz"),
+        lambda: trajectory(tree, broken, tmp_path / "broken.npz"))
+    assert int(whole["reset_mask"].sum()) > 0
+    assert compare_trajectories(whole, rows) == []
+    problems = compare_trajectories(whole, broken_rows)
     assert any(p.startswith("qpos:") for p in problems), problems

@@ -6,7 +6,8 @@ The checkpoints here are real, untrained FlashSAC actors built by uni_rl's own `
 tree's env and config, saved in the learner's checkpoint layout (trimmed like the real ones to what play reads),
 with a ``run_config.json`` carrying UniLab's own contract snapshot beside them. Controls: a wrong observation dim,
 a run config whose contract differs, a missing file each fail with one line; the same seed repeats bitwise, a
-perturbed actor or another seed does not.
+perturbed actor or another seed does not. The checkpoints and evaluations of different tests are independent and
+run side by side, one per core (conftest.SideBySide).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import PROJECT, runnable_tree
+from conftest import ONE_THREAD, PROJECT, SideBySide, runnable_tree
 
 HARNESS = PROJECT / "experiments" / "evidence" / "policy_eval.py"
 REPORT = PROJECT / "experiments" / "evidence" / "policy_eval_report.py"
@@ -78,7 +81,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, 
 
 def tree_env(overlay: Path, root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable")
+    env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable", **ONE_THREAD)
     return env
 
 
@@ -101,17 +104,54 @@ def evaluate(tree: tuple[Path, Path], checkpoint: Path, output: Path, *args: str
     return proc.returncode, proc.stdout, proc.stderr, result
 
 
+Evaluated = tuple[int, str, str, dict]
+
+
 @pytest.fixture(scope="module")
-def untrained(tree: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_checkpoint(tree, tmp_path_factory.mktemp("untrained") / "run")
+def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide]:
+    """The untrained checkpoint, then each test's checkpoints and evaluations, side by side (one torch thread)."""
+    out = tmp_path_factory.mktemp("runs")
+
+    def same_seed_and_perturbed() -> tuple[list[Evaluated], Evaluated]:
+        same = [evaluate(tree, started.shared("untrained"), out / f"same{i}.json", *SMALL, "--seeds", "5")
+                for i in range(2)]
+        perturbed = make_checkpoint(tree, out / "perturbed", perturb=0.05)
+        return same, evaluate(tree, perturbed, out / "other.json", *SMALL, "--seeds", "5")
+
+    started = SideBySide(request)  # named before it starts: the runs read its shared checkpoint
+    started.start({
+        "test_untrained_actor_evaluates":
+            lambda: evaluate(tree, started.shared("untrained"), out / "e.json", *SMALL, "--seeds", "3", "4"),
+        "test_same_seed_repeats_and_another_actor_differs": same_seed_and_perturbed,
+        "test_wrong_observation_dim_is_one_line":
+            lambda: evaluate(tree, make_checkpoint(tree, out / "wide", obs_extra=3), out / "wide.json", *SMALL,
+                             "--seeds", "1"),
+        "test_contract_mismatch_is_one_line":
+            lambda: evaluate(tree, make_checkpoint(tree, out / "normalized", contract="obs_normalization"),
+                             out / "c.json", *SMALL, "--seeds", "1"),
+    }, shared={"untrained": lambda: make_checkpoint(tree, out / "untrained" / "run")})
+    yield started
+    started.close()
+
+
+@pytest.fixture
+def untrained(runs: SideBySide) -> Path:
+    return runs.shared("untrained")
+
+
+@pytest.fixture
+def ran(request: pytest.FixtureRequest, runs: SideBySide) -> Any:
+    """This test's evaluation(s): exit status, stdout, stderr and the JSON result of each."""
+    return runs.result(request)
 
 
 def without_wall(seed: dict) -> dict:
     return {k: v for k, v in seed.items() if k != "wall_s"}
 
 
-def test_untrained_actor_evaluates(tree: tuple[Path, Path], untrained: Path, tmp_path: Path) -> None:
-    code, out, err, result = evaluate(tree, untrained, tmp_path / "e.json", *SMALL, "--seeds", "3", "4")
+def test_untrained_actor_evaluates(ran: Evaluated) -> None:
+    code, out, err, result = ran
     assert code == 0, err[-3000:]
     assert out.startswith("policy_eval: checkpoint on g1_walk_flat/mujoco: reward/step ")
     assert result["checkpoint"]["trained"]["sim_backend"] == "mujoco"  # the run_config.json beside it
@@ -129,29 +169,25 @@ def test_untrained_actor_evaluates(tree: tuple[Path, Path], untrained: Path, tmp
     assert result["across_seeds"]["reward_per_step"]["n"] == 2
 
 
-def test_same_seed_repeats_and_another_actor_differs(tree: tuple[Path, Path], untrained: Path, tmp_path: Path) -> None:
-    runs = [evaluate(tree, untrained, tmp_path / f"same{i}.json", *SMALL, "--seeds", "5") for i in range(2)]
+def test_same_seed_repeats_and_another_actor_differs(ran: tuple[list[Evaluated], Evaluated]) -> None:
+    runs, (code, _, err, other) = ran
     assert all(code == 0 for code, *_ in runs), runs[0][2][-3000:]
     assert without_wall(runs[0][3]["seeds"][0]) == without_wall(runs[1][3]["seeds"][0])
-    perturbed = make_checkpoint(tree, tmp_path / "perturbed", perturb=0.05)
-    code, _, err, other = evaluate(tree, perturbed, tmp_path / "other.json", *SMALL, "--seeds", "5")
     assert code == 0, err[-3000:]
     assert other["checkpoint"]["sha256"] != runs[0][3]["checkpoint"]["sha256"]
     assert other["seeds"][0]["reward_per_step"] != runs[0][3]["seeds"][0]["reward_per_step"]
 
 
-def test_wrong_observation_dim_is_one_line(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    checkpoint = make_checkpoint(tree, tmp_path / "wide", obs_extra=3)
-    code, out, err, result = evaluate(tree, checkpoint, tmp_path / "wide.json", *SMALL, "--seeds", "1")
+def test_wrong_observation_dim_is_one_line(ran: Evaluated) -> None:
+    code, out, err, result = ran
     assert code == 1 and result == {} and out == ""
     last = err.strip().splitlines()[-1]
     assert last.startswith("policy_eval: error: Trained policy checkpoint does not fit this play environment")
     assert "env policy obs dim: 98" in last and "size mismatch" in last and "Traceback" not in err
 
 
-def test_contract_mismatch_is_one_line(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    checkpoint = make_checkpoint(tree, tmp_path / "normalized", contract="obs_normalization")
-    code, _, err, result = evaluate(tree, checkpoint, tmp_path / "c.json", *SMALL, "--seeds", "1")
+def test_contract_mismatch_is_one_line(ran: Evaluated) -> None:
+    code, _, err, result = ran
     assert code == 1 and result == {} and "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("policy_eval: error: Cross-backend sim2sim contract mismatch") and "algo.obs_normalization" in last

@@ -32,7 +32,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import PROJECT, runnable_tree
+from conftest import PROJECT, runnable_tree, side_by_side
 
 HARNESS = PROJECT / "tests" / "preemption_harness.py"
 TRAIN = "src/unilab/scripts/train_flashsac.py"
@@ -102,24 +102,24 @@ def test_sigterm_checkpoints_exits_143_and_algo_resume_continues(tree: tuple[Pat
     assert summary["status"] == "interrupted" and summary["completed_iterations"] == stopped_at
     print(f"SIGTERM to exit: {seconds:.2f} s (stopped after iteration {stopped_at})")
 
-    end = stopped_at + 3
-    resumed = subprocess.run([sys.executable, "-W", "ignore", TRAIN, *CLI, f"algo.max_iterations={end}",
-                              f"training.log_dir='{logs}'", "algo.resume=true"], cwd=tree[0], env=_env(tree),
-                             capture_output=True, text=True, timeout=600, check=False)
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
-    summary = json.loads((logs / "run_summary.json").read_text())
-    assert summary["status"] == "completed" and summary["completed_iterations"] == end
-    final = torch.load(logs / f"model_{end}.pt", map_location="cpu", weights_only=True)
-    assert final["update_count"] == end
-
     # Control: a checkpoint without its training state (a 1.3.2-style file) is not resumed silently.
     del saved["training_state"]
     old = tmp_path / "old"
     old.mkdir()
     torch.save(saved, old / "model_3.pt")
-    refused = subprocess.run([sys.executable, "-W", "ignore", TRAIN, *CLI, "algo.max_iterations=5",
-                              f"training.log_dir='{old}'", "algo.resume=true"], cwd=tree[0], env=_env(tree),
-                             capture_output=True, text=True, timeout=600, check=False)
+
+    def resume(log_dir: Path, iterations: int) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-W", "ignore", TRAIN, *CLI, f"algo.max_iterations={iterations}",
+                               f"training.log_dir='{log_dir}'", "algo.resume=true"], cwd=tree[0], env=_env(tree),
+                              capture_output=True, text=True, timeout=600, check=False)
+
+    end = stopped_at + 3
+    resumed, refused = side_by_side(lambda: resume(logs, end), lambda: resume(old, 5))  # independent runs
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    summary = json.loads((logs / "run_summary.json").read_text())
+    assert summary["status"] == "completed" and summary["completed_iterations"] == end
+    final = torch.load(logs / f"model_{end}.pt", map_location="cpu", weights_only=True)
+    assert final["update_count"] == end
     assert refused.returncode != 0 and "has no training state" in refused.stderr, refused.stderr[-2000:]
 
 

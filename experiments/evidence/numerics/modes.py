@@ -110,14 +110,21 @@ def make_data(path: Path, iterations: int, updates_per_step: int, batch_size: in
     torch.save({"batches": batches, "reward_chunks": reward_chunks}, path)
 
 
-def run_worker(root: Path, data: Path, config: WorkerConfig, workdir: Path, name: str) -> Any:
-    """Run one worker with ``root``'s ``uni_rl`` first on its path; its result dict."""
+def run_worker(root: Path, data: Path, config: WorkerConfig, workdir: Path, name: str,
+               torch_threads: int | None = None) -> Any:
+    """Run one worker with ``root``'s ``uni_rl`` first on its path; its result dict.
+
+    ``torch_threads``: the worker's intra-op threads (OMP_NUM_THREADS), for workers that run side by side on the
+    CPU; None keeps torch's default (one per core).
+    """
     import torch
 
     config_path = workdir / f"{name}.json"
     out_path = workdir / f"{name}.pt"
     config.write(config_path)
     env = dict(os.environ)
+    if torch_threads is not None:
+        env["OMP_NUM_THREADS"] = str(torch_threads)
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     command = [sys.executable, str(ENTRY), "--worker", "--root", str(root), "--data", str(data),
                "--config", str(config_path), "--out", str(out_path)]
@@ -128,7 +135,15 @@ def run_worker(root: Path, data: Path, config: WorkerConfig, workdir: Path, name
 
 
 def cpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(gated checks, measurements) of CPU mode."""
+    """(gated checks, measurements) of CPU mode.
+
+    The six workers are independent processes (each reads the data file and writes its own result), so they run
+    side by side, one per core with one torch thread each (the small learner gains nothing from a second thread,
+    and two threads per worker on a busy 2-core machine spend most of their time waiting): 83 s sequentially on
+    2 cores, about 35 s so. Every comparison is between workers run alike.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     iterations, updates_per_step, policy_frequency = ITERATIONS, UPDATES_PER_STEP, POLICY_FREQUENCY
     data = workdir / "data.pt"
     make_data(data, iterations, updates_per_step, batch_size=64)
@@ -137,47 +152,49 @@ def cpu_checks(baseline_root: Path, patched_root: Path, workdir: Path) -> tuple[
         "critic_updates": iterations * updates_per_step,
         "actor_updates": iterations * updates_per_step // policy_frequency,
     }
-    checks: dict[str, Any] = {}
     toggles = base.replace(count_requires_grad_toggles=True)
-    baseline = run_worker(baseline_root, data, toggles, workdir, "baseline")
-
-    # 1. every switch off: the patched learner is the baseline, bitwise.
-    patched_off = run_worker(patched_root, data, toggles, workdir, "patched_off")
-    checks["eager_switches_off_vs_baseline"] = bitwise_vs_baseline(baseline, patched_off)
-
-    # 2. guard + deferred metrics on, after a warm-up: finite steps, iteration means and
-    #    the restored state are unchanged.
     switches = {"finite_guard": True, "deferred_metrics": True}
-    patched_on = run_worker(
-        patched_root, data, toggles.replace(learner=switches, warm_up=True), workdir, "patched_guard_deferred"
-    )
-    checks["eager_warm_up_guard_deferred_vs_baseline"] = bitwise_vs_baseline(
-        baseline, patched_on, require_no_skips=True
-    )
-
-    # 3. frozen critic: the actor update gives no critic gradient and toggles nothing.
-    checks["frozen_critic_actor_update"] = frozen_critic_report(baseline, patched_off, patched_on)
-
-    # 4. NaN/Inf injection: skipped steps, unchanged parameters, counted skips.
     inject = [
         {"update": 9, "phase": "critic", "field": "rewards"},
         {"update": 14, "phase": "actor", "field": "critic"},
     ]
     snapshots = ["9:critic", "10:critic", "14:actor", "15:critic"]
-    guarded = run_worker(
-        patched_root, data, base.replace(learner=switches, inject=inject, snapshot_at=snapshots),
-        workdir, "patched_injected",
-    )
-    unguarded = run_worker(baseline_root, data, base.replace(inject=inject), workdir, "baseline_injected")
-    checks["finite_guard_injection"] = injection_report(guarded, unguarded, updates_per_step)
+    jobs: dict[str, tuple[Path, WorkerConfig]] = {
+        "baseline": (baseline_root, toggles),
+        # 1. every switch off: the patched learner is the baseline, bitwise.
+        "patched_off": (patched_root, toggles),
+        # 2. guard + deferred metrics on, after a warm-up: finite steps, iteration means and the restored state
+        #    are unchanged.
+        "patched_guard_deferred": (patched_root, toggles.replace(learner=switches, warm_up=True)),
+        # 4. NaN/Inf injection: skipped steps, unchanged parameters, counted skips; the baseline shows the damage.
+        "patched_injected": (patched_root, base.replace(learner=switches, inject=inject, snapshot_at=snapshots)),
+        "baseline_injected": (baseline_root, base.replace(inject=inject)),
+        # 5. One bad batch, then clean ones; started from another learner's checkpoint.
+        "patched_robustness": (patched_root, base.replace(learner=switches, warm_up=True, **ROBUSTNESS_CONFIG)),
+    }
 
-    # 5. One bad batch, then clean ones; started from another learner's checkpoint.
-    robust = run_worker(
-        patched_root, data, base.replace(learner=switches, warm_up=True, **ROBUSTNESS_CONFIG),
-        workdir, "patched_robustness",
+    def run(name: str) -> tuple[str, Any]:
+        root, config = jobs[name]
+        return name, run_worker(root, data, config, workdir, name, torch_threads=1)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        results = dict(pool.map(run, jobs))
+
+    checks: dict[str, Any] = {}
+    checks["eager_switches_off_vs_baseline"] = bitwise_vs_baseline(results["baseline"], results["patched_off"])
+    checks["eager_warm_up_guard_deferred_vs_baseline"] = bitwise_vs_baseline(
+        results["baseline"], results["patched_guard_deferred"], require_no_skips=True
     )
-    checks["finite_guard_recovery"] = recovery_report({"cpu/eager": robust}, updates_per_step)
-    checks["checkpoint_resume_keeps_graphs"] = checkpoint_report({"cpu/eager": robust})
+    # 3. frozen critic: the actor update gives no critic gradient and toggles nothing.
+    checks["frozen_critic_actor_update"] = frozen_critic_report(
+        results["baseline"], results["patched_off"], results["patched_guard_deferred"]
+    )
+    checks["finite_guard_injection"] = injection_report(
+        results["patched_injected"], results["baseline_injected"], updates_per_step
+    )
+    robust = {"cpu/eager": results["patched_robustness"]}
+    checks["finite_guard_recovery"] = recovery_report(robust, updates_per_step)
+    checks["checkpoint_resume_keeps_graphs"] = checkpoint_report(robust)
     return checks, measurements
 
 
