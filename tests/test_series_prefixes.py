@@ -40,6 +40,13 @@ import torch
 # Installed, not patched: imported once here instead of once per fork (about a second each on 2 cores).
 import torch._dynamo, mujoco, mjbatch
 torch.set_num_threads(1)  # the children run side by side, one core each
+
+
+def say(*words):
+    # One write of one short line: atomic on the shared pipe, so the children's lines never interleave.
+    os.write(1, (" ".join(map(str, words)) + "\n").encode())
+
+
 jobs, roots = int(sys.argv[1]), sys.argv[2:]
 running = 0
 for root in roots:
@@ -87,10 +94,10 @@ for root in roots:
                     for tensor in (*module.parameters(), *module.buffers()):
                         h.update(tensor.detach().contiguous().numpy().tobytes())
                 digests.append(h.hexdigest()[:16])
-            print(root, " ".join(digests), "ok", flush=True)
+            say(root, " ".join(digests), "ok")
             os._exit(0)
         except BaseException as exc:
-            print(root, "error", type(exc).__name__, str(exc)[:300].replace("\n", " "), flush=True)
+            say(root, "error", type(exc).__name__, str(exc)[:300].replace("\n", " "))
             os._exit(1)
     running += 1
 while running:
