@@ -18,11 +18,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import parity_stats  # noqa: E402
+from mjwarp_report import ARM_LABELS  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2]
-#: The arms, in table order: MJWarp with the host-env collector, with the device-resident one, CPU MuJoCo.
-ARMS = {"mjwarp": "MuJoCo Warp (GPU)", "mjwarp-device": "MuJoCo Warp (GPU), device-resident collector",
-        "mujoco": "CPU MuJoCo"}
+#: The arms (labels: ``mjwarp_report.ARM_LABELS``), in table order: MJWarp with the host-env collector, with
+#: the device-resident one, CPU MuJoCo.
+ARMS = {name: ARM_LABELS[name] for name in ("mjwarp", "mjwarp-device", "mujoco")}
 #: In a folder: results folders (relative to the project root, one per line) whose evaluations it is compared
 #: against, e.g. the committed CPU-MuJoCo-trained checkpoints' evaluations for a study of one MJWarp arm.
 REFERENCES = "references.txt"
