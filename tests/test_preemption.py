@@ -15,7 +15,10 @@ device, the host path's real collector process); each check has a negative contr
   once, still without orphans; `kill -9` of the collector is reported in one line within seconds; `kill -9`
   of the learner takes the collector with it (control: without the parent-death signal it stays);
 - a second signal while a checkpoint is being written exits at once and leaves no temporary beside the last
-  good checkpoint (control: a temporary the forced exit does not know of stays behind).
+  good checkpoint (control: a temporary the forced exit does not know of stays behind);
+- a resume reads the learner's keys onto the run's device and the training state on the host, so the RNG
+  restore a GPU resume runs is the one the CPU runs (device ``meta`` stands in for a GPU; control: the whole
+  file mapped onto that device, as a plain ``map_location`` read does, is refused by the RNG restore).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pytest
 import torch
 
 from conftest import PROJECT, runnable_tree, side_by_side
+from snippets import run_snippet
 
 HARNESS = PROJECT / "tests" / "preemption_harness.py"
 TRAIN = "src/unilab/scripts/train_flashsac.py"
@@ -254,3 +258,42 @@ def test_a_second_signal_during_the_checkpoint_leaves_no_temporary(tree: tuple[P
             assert left == [], left
         else:
             assert len(left) == 1 and left[0].startswith(".model_7.pt.") and left[0].endswith(".tmp"), left
+
+
+def test_the_training_state_of_a_resume_is_read_on_the_host(patched_uni_rl_root: Path, tmp_path: Path) -> None:
+    result = run_snippet(
+        patched_uni_rl_root,
+        f"""
+        import random
+        import numpy as np
+        from uni_rl.offpolicy import preemption
+
+        l = learner()
+        torch.manual_seed(5); np.random.seed(5); random.seed(5)
+        saved = {{**l.get_state_dict(), preemption.STATE_KEY: {{"iteration": 7, "rng": preemption.rng_states("cpu")}}}}
+        path = {str(tmp_path / "model_7.pt")!r}
+        torch.save(saved, path)
+        draws = lambda: (torch.rand(3).tolist(), np.random.rand(2).tolist(), random.random())
+        expected = draws()
+
+        keys, state = preemption.read_resume_state(path, "meta")  # a device whose tensors the host cannot read
+        def devices(tree):
+            if isinstance(tree, torch.Tensor):
+                return {{str(tree.device)}}
+            items = tree.values() if isinstance(tree, dict) else tree if isinstance(tree, (list, tuple)) else ()
+            return sorted(set().union(*map(set, map(devices, items))))
+        preemption.restore_rng_states(state["rng"], "meta")
+        out = {{"learner": devices(keys), "state": devices(state), "iteration": state["iteration"],
+                "draws_equal": draws() == expected}}
+        mapped = torch.load(path, map_location="meta", weights_only=False)[preemption.STATE_KEY]
+        try:
+            preemption.restore_rng_states(mapped["rng"], "meta")
+            out["control"] = "restored"
+        except (RuntimeError, TypeError, NotImplementedError) as error:
+            out["control"] = type(error).__name__
+        print(json.dumps(out))
+        """,
+    )
+    assert result["learner"] == ["meta"] and result["state"] == ["cpu"], result
+    assert result["iteration"] == 7 and result["draws_equal"] is True, result
+    assert result["control"] != "restored", result
