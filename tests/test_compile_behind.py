@@ -1,0 +1,182 @@
+"""Training starts on the eager path and compiles behind (uni_rl 0034, unilab 0009), on the CPU.
+
+- The learner's swap: a learner trained three iterations on its deferred (eager) path, swapped to its
+  compiled paths through the runner's warm-up and trained on, ends bitwise where the uncompiled learner
+  ends: parameters, optimizer moments, schedules, normalizers, metrics. Nothing compiles before the swap
+  and the compiled frames run after it. The learner's CUDA-only compile gate is lifted with Dynamo's
+  ``eager`` backend (the frames, guards and swaps of Inductor, run by ATen: bitwise, so the tolerance
+  stated for these checks is zero). Control: a swap that leaves one dry update in the state is caught.
+- The helper's dry batches have the runner's layout (shapes, strides, offsets, dtypes; views into one
+  packed buffer), where a contiguous copy would compile other graphs (control: ``zeros_like`` differs).
+- UniLab's command line with ``training.compile_behind=true`` on the device collector: the run starts
+  without a warm-up, a real helper process warms the learner's twin up, the swap happens at an iteration
+  boundary, the summary records it, and the final checkpoint is bitwise the one of the same run without
+  compile behind (on the CPU the configured whole-cycle graph falls back to the per-update path in both
+  runs). ``compile_behind`` with the host collector is a one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import PROJECT, runnable_tree, side_by_side
+from snippets import run_snippet
+
+SWAP = """
+import torch._dynamo
+from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
+import uni_rl.algos.flash_sac.learner as learner_module
+from uni_rl.algos.common.update_schedule import iteration_update_schedule
+
+learner_module.get_torch_compile_for_cuda = lambda device, warn=False: (
+    lambda fn, options=None, **kwargs: torch.compile(fn, backend="eager", **kwargs))
+SCHEDULE = iteration_update_schedule(2, 2)
+SWITCHES = dict(finite_guard=True, deferred_metrics=True)
+
+def large(seed):
+    parts = [batch(seed * 10 + i) for i in range(2)]
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+def full_state(l):
+    out = state(l)
+    for name in ("actor_optimizer", "critic_optimizer", "temperature_optimizer"):
+        for i, s in enumerate(getattr(l, name).state.values()):
+            for k, v in s.items():
+                out[f"{name}.{i}.{k}"] = v.detach().clone() if torch.is_tensor(v) else torch.tensor(v)
+    rn = l.reward_normalizer
+    out.update({"rms.mean": rn.rms.mean.clone(), "rms.var": rn.rms.var.clone(), "g_r": rn.g_r.clone()})
+    return out
+
+def train(l, swap_at=None, control=False):
+    metrics, frames = [], {}
+    for it in range(6):
+        if it == swap_at:
+            frames["before_swap"] = len(get_compilation_metrics())
+            l.restore_compiled_paths()
+            dry = {k: torch.zeros_like(v) for k, v in large(0).items()}
+            l.warm_up({k: v[:32] for k, v in dry.items()}, inference_obs=dry["obs"], iteration_batch=dry,
+                      schedule=SCHEDULE)
+            if control:
+                l.update_iteration(dry, batch_size=32, schedule=SCHEDULE)
+        l.update_reward_stats(torch.randn(1, 8, generator=torch.Generator().manual_seed(it)), torch.zeros(1, 8))
+        metrics.append(l.update_iteration(large(it + 1), batch_size=32, schedule=SCHEDULE))
+        metrics[-1].append(l.read_deferred_metrics())
+    frames["after"] = len(get_compilation_metrics())
+    return full_state(l), metrics, frames, [s.last_epoch for s in (l.actor_scheduler, l.critic_scheduler)]
+
+def behind(control=False):
+    torch._dynamo.reset(); clear_compilation_metrics()
+    l = learner(use_compile=True, compile_full_objectives=True, **SWITCHES)
+    deferred = l.defer_compiled_paths()
+    return deferred, l.compiled_paths_deferred, train(l, swap_at=3, control=control), l.compiled_paths_deferred
+
+def diff(a, b):
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+torch._dynamo.reset(); clear_compilation_metrics()
+reference = train(learner(**SWITCHES))
+deferred, during, run, after = behind()
+_, _, control, _ = behind(control=True)
+print(json.dumps({
+    "nothing_to_defer": learner(**SWITCHES).defer_compiled_paths(),
+    "deferred": deferred, "flag_during": during, "flag_after": after,
+    "frames": run[2], "keys_equal": sorted(run[0]) == sorted(reference[0]),
+    "max_difference": diff(run[0], reference[0]), "metrics_equal": run[1] == reference[1],
+    "schedulers": [run[3], reference[3]], "control_difference": diff(control[0], reference[0]),
+}))
+"""
+
+
+def test_a_swap_at_an_iteration_boundary_carries_the_learner_exactly(patched_uni_rl_root: Path) -> None:
+    result = run_snippet(patched_uni_rl_root, SWAP)
+    assert result["nothing_to_defer"] is False, result  # an uncompiled learner has no path to defer
+    assert result["deferred"] is True and result["flag_during"] is True and result["flag_after"] is False
+    assert result["frames"]["before_swap"] == 0 and result["frames"]["after"] > 0, result
+    assert result["keys_equal"] and result["max_difference"] == 0.0, result
+    assert result["metrics_equal"] is True and result["schedulers"][0] == result["schedulers"][1], result
+    assert result["control_difference"] > 1e-4, result  # one dry update left in is caught
+
+
+def test_the_helper_batches_have_the_runners_layout(patched_uni_rl_root: Path) -> None:
+    result = run_snippet(
+        patched_uni_rl_root,
+        """
+        import pickle
+        from uni_rl.offpolicy.compile_behind import layout_of, zeros_like_layout
+
+        packed = torch.randn(64, 40)
+        views = {"obs": packed[:, 0:12], "actions": packed[:, 12:16], "rewards": packed[:, 16],
+                 "critic": packed[:, 17:33], "dones": torch.zeros(64, dtype=torch.bool)}
+        sizes, layout = layout_of(views)
+        rebuilt = zeros_like_layout(*pickle.loads(pickle.dumps((sizes, layout))), torch.device("cpu"))
+        meta = lambda t: [list(t.shape), list(t.stride()), t.storage_offset(), str(t.dtype)]
+        print(json.dumps({
+            "storages": len(sizes),
+            "same": all(meta(rebuilt[k]) == meta(v) for k, v in views.items()),
+            "shared": rebuilt["obs"].untyped_storage().data_ptr() == rebuilt["critic"].untyped_storage().data_ptr(),
+            "zero": all(float(v.float().abs().sum()) == 0.0 for v in rebuilt.values()),
+            "control": all(meta(torch.zeros_like(v)) == meta(v) for v in views.values()),
+        }))
+        """,
+    )
+    assert result == {"storages": 2, "same": True, "shared": True, "zero": True, "control": False}, result
+
+
+TRAIN = "src/unilab/scripts/train_flashsac.py"
+# 16 envs, batch 32, 2/2: an iteration takes tens of milliseconds on the CPU, the helper several seconds.
+CLI = ("task=g1_walk_flat/mujoco", "algo.num_envs=16", "algo.batch_size=32", "algo.replay_buffer_n=8",
+       "algo.learning_starts=2", "algo.updates_per_step=2", "algo.policy_frequency=2", "algo.save_interval=0",
+       "algo.max_iterations=300", "training.no_play=true", "training.export_onnx=false",
+       "training.logger=no_print")
+DEVICE = ("training.collector=device", "+training.device_env_factory=device_env_adapter:make_g1_walk_flat_cpu_env")
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, Path]) -> tuple[Path, Path]:
+    checkout, overlay = applied_session
+    return runnable_tree(checkout, tmp_path_factory.mktemp("compile-behind") / "tree"), overlay
+
+
+def _train(tree: tuple[Path, Path], log_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    root, overlay = tree
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FLASHSAC_PROVENANCE_DIR")}
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (overlay, root / "src", PROJECT / "experiments" / "profile",
+                                                  PROJECT / "tests")))
+    env.update(CUDA_VISIBLE_DEVICES="", MUJOCO_GL="disable", FLASHSAC_COMPILE_CACHE_DIR=str(log_dir / "cache"))
+    return subprocess.run([sys.executable, "-W", "ignore", TRAIN, *CLI, *extra, f"training.log_dir='{log_dir}'"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+def test_unilab_trains_with_compile_behind_and_ends_where_the_warmed_run_ends(tree: tuple[Path, Path],
+                                                                                tmp_path: Path) -> None:
+    behind, warmed, host = side_by_side(
+        lambda: _train(tree, tmp_path / "behind", *DEVICE, "training.compile_behind=true"),
+        lambda: _train(tree, tmp_path / "warmed", *DEVICE),
+        lambda: _train(tree, tmp_path / "host", "training.compile_behind=true"),
+    )
+    assert behind.returncode == 0, behind.stderr[-4000:]
+    assert warmed.returncode == 0, warmed.stderr[-4000:]
+    summary = json.loads((tmp_path / "behind" / "run_summary.json").read_text())
+    record = summary["compile_behind"]
+    assert record["helper_exit_code"] == 0 and 1 <= record["swap_iteration"] <= 300, record
+    assert record["swap_pause_s"] >= 0 and record["swap_after_start_s"] >= record["helper_s"] > 0, record
+    assert "compile_behind" not in json.loads((tmp_path / "warmed" / "run_summary.json").read_text())
+    assert "[compile behind] helper: Learner warm-up" in behind.stderr, behind.stderr[-3000:]
+    a = torch.load(tmp_path / "behind" / "model_300.pt", map_location="cpu", weights_only=True)
+    b = torch.load(tmp_path / "warmed" / "model_300.pt", map_location="cpu", weights_only=True)
+    groups = ("actor", "critic", "target_critic", "temperature")
+    differ = [f"{g}.{k}" for g in groups for k, v in a[g].items() if not torch.equal(v, b[g][k])]
+    assert differ == [] and a["update_count"] == b["update_count"] == 300, differ[:5]
+    # The host collector warms up before tick 0: asking it to compile behind is refused in one line.
+    assert host.returncode != 0
+    assert "ValueError: training.compile_behind=true needs training.collector=device" in host.stderr.splitlines()
+    print(f"compile behind: swap at iteration {record['swap_iteration']}, helper {record['helper_s']:.1f} s, "
+          f"pause {record['swap_pause_s']:.1f} s")
