@@ -126,6 +126,10 @@ def test_device_collector_on_cpu_mujoco_is_refused_in_one_line_before_cuda(tmp_p
     assert "CUDA is required" in _one_line_refusal(proc, "benchmark_flashsac_training")
     # The references have the host collector only, and a CPU smoke run of the host collector is refused.
     assert "only the host collector" in str(bench_configs.refusal("baseline-1.3.2", "mujoco", "device"))
+    # Compile behind is a switch of the device collector's runner: with the host collector it is refused.
+    assert "compile-behind runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
+        "compile-behind", "mjwarp", "host")
+    assert bench_configs.refusal("compile-behind", "mjwarp", "device") is None
     with pytest.raises(bench_env.BenchSetupError, match="--cpu-smoke runs the device collector only"):
         bench_options.require_runnable(bench_options.parse_args(["--backend", "mjwarp", "--cpu-smoke"]))
 
@@ -147,8 +151,11 @@ def test_matrix_alternates_cpu_mujoco_host_mjwarp_and_device_mjwarp_at_both_sett
 
 
 def test_the_trainer_records_name_the_collector_and_a_mismatch_fails_the_run() -> None:
-    summary = {"collector": "device-resident", "host_syncs_per_iteration": 3.0, "collector_phases_ms": {}}
-    assert bench_records.collector_record("device", {"collector": "device-resident"}, summary)["error"] is None
+    swap = {"helper_exit_code": 0, "helper_s": 70.0, "swap_iteration": 900, "swap_pause_s": 9.0}
+    summary = {"collector": "device-resident", "host_syncs_per_iteration": 3.0, "collector_phases_ms": {},
+               "compile_behind": swap}
+    device = bench_records.collector_record("device", {"collector": "device-resident"}, summary)
+    assert device["error"] is None and device["run_summary"]["compile_behind"] == swap
     host = bench_records.collector_record("host", {"collector": None, "pid": 1}, {"status": "completed"})
     assert (host["collector"], host["run_summary"], host["error"]) == ("host", None, None)
     assert bench_records.collector_record("host", {}, None)["collector"] == "host"  # logged nothing: as asked

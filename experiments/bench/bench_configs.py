@@ -44,6 +44,8 @@ INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
 LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
 #: The patched config's choice of who steps the env (unilab patch 0007): ``host`` or ``device``.
 COLLECTOR_KEY = "training.collector"
+#: The patched config's start on the eager path while a helper process compiles (unilab patch 0009).
+COMPILE_BEHIND_KEY = "training.compile_behind"
 
 #: Configuration names of runs committed before the whole-cycle graph had one name.
 LEGACY_NAMES: dict[str, str] = {
@@ -93,7 +95,9 @@ class BenchConfig:
     switches: Switches
     reference: Literal["baseline", "upstream", None] = None
     requires_key: str | None = None
-    training: tuple[tuple[str, int], ...] = ()
+    training: tuple[tuple[str, int | str], ...] = ()
+    #: The collectors it runs with (None: any); the others are refused in one line.
+    collectors: tuple[str, ...] | None = None
     hyperparameters: tuple[tuple[str, float], ...] = ()
     notes: str = field(default="", compare=False)
 
@@ -135,6 +139,10 @@ CONFIGS: dict[str, BenchConfig] = {
         BenchConfig("collector-pinned", "patched defaults + collector pinned (1 CPU kept for the learner)",
                     "overlay", (), requires_key=LEARNER_RESERVED_CPUS_KEY, training=(("learner_reserved_cpus", 1),),
                     notes="the collector's MuJoCo pool pinned to all usable CPUs but the first (unilab 0002)"),
+        BenchConfig("compile-behind", "patched defaults + compile behind", "overlay", (),
+                    requires_key=COMPILE_BEHIND_KEY, training=(("compile_behind", "true"),), collectors=("device",),
+                    notes="eager iterations while a helper process compiles, the compiled paths from a later "
+                          "boundary (uni_rl 0034): compare launch to first iteration and to the end"),
         BenchConfig("patched-default", "patched defaults (tree config)", "overlay", (),
                     notes="no switch overrides: what a user of the applied tree gets"),
         BenchConfig(NEGATIVE_CONTROL, "negative control: patched defaults, learning rates ÷10", "overlay", (),
@@ -224,6 +232,8 @@ def refusal(config: str, sim: str, collector: str = "host") -> str | None:
         return f"{config} is a reference: it runs on CPU MuJoCo only (SIM=mujoco)"
     if reference and chosen.overrides:
         return f"{config} is a reference: the pristine tree has only the host collector (COLLECTOR=host)"
+    if entry is not None and entry.collectors is not None and collector not in entry.collectors:
+        return f"{config} runs with the {' or '.join(entry.collectors)} collector only (COLLECTOR={entry.collectors[0]})"
     if chosen.sims is not None and sim not in chosen.sims:
         return (f"the {chosen.label} ({COLLECTOR_KEY}={chosen.name}) runs on {', '.join(chosen.sims)} only: "
                 f"UniLab's G1 Walk Flat has a device env on MuJoCo Warp only (SIM=mjwarp), not on {sim}")

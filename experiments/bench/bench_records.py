@@ -185,11 +185,12 @@ def collector_record(requested: str, meta: dict[str, Any], summary: dict[str, An
     The learner's runtime manifest names the device-resident collector; the host runners name none, so a
     run that logged iterations without a name ran the host collector. A run that logged nothing is recorded
     under the collector it asked for. ``run_summary`` is what the trainer wrote in run_summary.json (collector,
-    host syncs per iteration and phases over all iterations); the host path writes none of these.
+    host syncs per iteration and phases over all iterations, and with compile behind the swap's record: helper
+    seconds and exit code, swap iteration, pause); the host path writes none of these.
     """
     asked = bench_configs.COLLECTORS[requested].recorded
     recorded = meta.get("collector") or ("host" if meta else asked)
-    keys = ("collector", "host_syncs_per_iteration", "collector_phases_ms")
+    keys = ("collector", "host_syncs_per_iteration", "collector_phases_ms", "compile_behind")
     whole = {k: summary.get(k) for k in keys} if summary and summary.get("collector") else None
     error = None if recorded == asked else f"asked for the {asked} collector, the trainer ran the {recorded} one"
     return {"collector": recorded, "collector_requested": asked, "run_summary": whole, "error": error}

@@ -38,6 +38,11 @@
 #           side by side; the signal comes after PREEMPTION_AFTER_<setting> iterations (report 200,
 #           unilab-default 20) and a resumed run ends at twice that; PREEMPTION_FAULTS (all) names some of the
 #           matrix's faults (e.g. resume). Results in $work/preemption-<setting>/ (checkpoints stay on the machine).
+#   start   a fresh machine's start, side by side: for START_ROUNDS (2) rounds, alternating, each config of
+#           START_CONFIGS (patched-default compile-behind) at each setting of START_SETTINGS (report) on MJWarp
+#           with the device collector, START_ITERATIONS (1000) each, one after another on GPU 0, every run with
+#           empty Inductor, Triton and compile-artifact caches. The run JSONs (launch to first iteration, the
+#           swap's record, wall per iteration) in $work/start/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -45,7 +50,7 @@
 # (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption'
+modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start'
 [ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
                   exit 2; }
 budget=${BUDGET_S:-540}
@@ -199,6 +204,28 @@ for mode in "$@"; do
           --settings $setting --signal-after $after --iterations $((2 * after)) --jobs ${PREEMPTION_JOBS:-4} \
           ${PREEMPTION_FAULTS:+--faults $PREEMPTION_FAULTS}"
       done
+      ;;
+    start)
+      mkdir -p "$work/start"
+      configs=(${START_CONFIGS:-patched-default compile-behind})
+      runs=()
+      for round in $(seq 1 "${START_ROUNDS:-2}"); do
+        order=("${configs[@]}")
+        [ $((round % 2)) -eq 0 ] && order=($(printf '%s\n' "${configs[@]}" | tac))
+        for setting in ${START_SETTINGS:-report}; do
+          for config in "${order[@]}"; do runs+=("$round $setting $config"); done
+        done
+      done
+      on_gpu 0 start bash -c 'for run in "$@"; do
+          read -r round setting config <<<"$run"
+          caches=$(mktemp -d)
+          TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton \
+            FLASHSAC_COMPILE_CACHE_DIR=$caches/artifacts python3 experiments/bench/benchmark_flashsac_training.py \
+            --unilab-root "'"$tree"'" --setting "$setting" --config "$config" --backend mjwarp --collector device \
+            --iterations "'"${START_ITERATIONS:-1000}"'" --live-panel never --run-dir "$caches/run" \
+            --output "'"$work"'/start/$setting-$config-round$round.json"; echo "$run: exit $?"
+          rm -rf "$caches"
+        done' start "${runs[@]}"
       ;;
     *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2
        exit 2 ;;
