@@ -37,7 +37,7 @@ STEP = python3 scripts/make_steps.py run $(if $(STEPS_LOG),--log $(STEPS_LOG))
 PATCHSET := env PYTHONPATH=scripts$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m patchset
 OFFLINE_TOOL := env PYTHONPATH=scripts$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m offline
 
-.PHONY: setup apply status revert provenance manifest port-report test clean wheelhouse
+.PHONY: setup apply status revert provenance manifest port-report test test-extended clean wheelhouse
 
 ifdef OFFLINE
 setup:
@@ -80,7 +80,12 @@ wheelhouse: setup
 port-report: setup
 	$(PATCHSET) port-report --target "$(TARGET)" $(if $(OUTPUT),--output "$(OUTPUT)")
 
+# The default suite leaves out the tests marked extended (real Inductor compiles on the CPU, minutes on two
+# cores: docs/tests.md); test-extended runs every test.
 test: setup
+	$(PY) -m pytest -q tests -m "not extended" $(PYTEST_ARGS)
+
+test-extended: setup
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
 
 clean:

@@ -29,6 +29,11 @@ CONFIG = "src/unilab/conf/flashsac/config.yaml"
 G1_ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.xz"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "extended: left out of `make test` (real Inductor compiles on the CPU); `make test-extended` runs it")
+
+
 def runnable_tree(source: Path, dest: Path) -> Path:
     """A copy of a UniLab tree with the G1 meshes unpacked into src/unilab/assets (never committed)."""
     if not G1_ASSETS.is_file():

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import side_by_side
 
 SNIPPET = """
@@ -43,6 +45,7 @@ def _run(root: Path, tmp: Path, name: str, action: str, key: str = "k", artifact
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
 
 
+@pytest.mark.extended  # a real Inductor compile on the CPU (cold: about a minute on two cores)
 def test_artifacts_of_one_process_turn_a_new_machines_compile_into_hits(patched_uni_rl_root: Path,
                                                                         tmp_path: Path) -> None:
     # The control's cold compile does not wait for the first process: side by side, one per core.

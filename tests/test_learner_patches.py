@@ -342,6 +342,7 @@ def test_one_bad_batch_does_not_stop_learning(patched_uni_rl_root: Path) -> None
     assert broken["explore_finite"] is False
 
 
+@pytest.mark.extended  # a real Inductor compile on the CPU (cold: about a minute on two cores)
 def test_one_bad_batch_does_not_stop_learning_compiled(patched_uni_rl_root: Path) -> None:
     """The same on the full-objective compiled path (Inductor's C++ backend on CPU).
 
@@ -644,6 +645,7 @@ def test_switch_is_a_learner_argument_defaulting_off(patched_uni_rl_root: Path, 
     assert result == {"default": False, "set": switch != "compile_full_objectives"}
 
 
+@pytest.mark.extended  # a real Inductor compile on the CPU (cold: about a minute on two cores)
 def test_full_objective_compile_matches_eager_on_cpu(
     pristine_uni_rl_root: Path, patched_uni_rl_root: Path, tmp_path: Path
 ) -> None:

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 PROJECT = Path(__file__).resolve().parents[1]
 BENCH = PROJECT / "experiments" / "bench"
@@ -71,6 +73,7 @@ def _probed(env: dict[str, str]) -> dict[str, str | None]:
     return {name: None if folder is None else str(folder) for name, folder in found.items()}
 
 
+@pytest.mark.extended  # a real Inductor compile on the CPU
 def test_cache_folders_are_where_torch_and_uni_rl_put_them(patched_uni_rl_root: Path, tmp_path: Path) -> None:
     variants = {
         "defaults": {},
@@ -89,6 +92,7 @@ def test_cache_folders_are_where_torch_and_uni_rl_put_them(patched_uni_rl_root: 
     assert seen[-1]["compile_artifacts"] is None
 
 
+@pytest.mark.extended  # a real Inductor compile on the CPU (cold: about a minute on two cores)
 def test_a_cache_is_empty_until_a_real_compile_fills_it(tmp_path: Path) -> None:
     env = _environment(tmp_path, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), FLASHSAC_COMPILE_CACHE_DIR="")
     before = compile_caches.probe(env)
