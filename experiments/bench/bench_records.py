@@ -190,7 +190,9 @@ def collector_record(requested: str, meta: dict[str, Any], summary: dict[str, An
     """
     asked = bench_configs.COLLECTORS[requested].recorded
     recorded = meta.get("collector") or ("host" if meta else asked)
-    keys = ("collector", "host_syncs_per_iteration", "collector_phases_ms", "compile_behind")
+    keys = ("collector", "host_syncs_per_iteration", "collector_phases_ms")
     whole = {k: summary.get(k) for k in keys} if summary and summary.get("collector") else None
+    if whole is not None and "compile_behind" in summary:
+        whole["compile_behind"] = summary["compile_behind"]
     error = None if recorded == asked else f"asked for the {asked} collector, the trainer ran the {recorded} one"
     return {"collector": recorded, "collector_requested": asked, "run_summary": whole, "error": error}
