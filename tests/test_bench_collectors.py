@@ -70,6 +70,18 @@ def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, 
     checkout, overlay = applied_session
     return runnable_tree(checkout, tmp_path_factory.mktemp("bench-collectors") / "tree"), overlay
 
+STREAM = """
+import sys
+from hydra import compose, initialize_config_dir
+from unilab.scripts.train_offpolicy import device_env_factory_kwargs
+with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
+    cfg = compose("config", overrides=sys.argv[2:])
+try:
+    print(sorted(device_env_factory_kwargs(cfg).items()))
+except ValueError as exc:
+    print(f"refused: {exc}")
+"""
+
 
 def _resolve(tree: tuple[Path, Path], overrides: list[str]) -> list[str]:
     """What the patched tree's Hydra config and the trainer's own device env resolver make of ``overrides``."""
@@ -99,6 +111,27 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
     forced = [*_overrides("--backend", "mujoco"), "training.collector=device"]
     collector, sim, _, found = _resolve(tree, forced)
     assert (collector, sim) == ("device", "mujoco") and found.startswith("refused: training.collector=device")
+
+
+def test_the_device_env_stream_switch_reaches_the_factory_and_refuses_a_bad_value(tree: tuple[Path, Path]) -> None:
+    """``training.device_env_stream``: the tree's default passes the factory nothing (its env takes a stream of
+    its own), ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, anything else is a
+    one-line error (control: a typo is not taken for the default)."""
+    root, overlay = tree
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
+
+    def kwargs(*overrides: str) -> str:
+        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", STREAM, str(root / "src/unilab/conf/flashsac"),
+                               *overrides], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.strip().splitlines()[-1]
+
+    warp = [o for o in bench_configs.CONFIGS["device-env-warp-stream"].overrides if "device_env_stream" in o]
+    assert kwargs() == "[]" and kwargs(*warp) == "[('own_stream', False)]"
+    assert kwargs("training.device_env_stream=wrap") == (
+        "refused: training.device_env_stream='wrap': expected 'own' or 'warp'")
+    assert "device-env-warp-stream runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
+        "device-env-warp-stream", "mjwarp", "host")
 
 
 def _one_line_refusal(proc: subprocess.CompletedProcess, prog: str) -> str:

@@ -46,6 +46,8 @@ LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
 COLLECTOR_KEY = "training.collector"
 #: The patched config's start on the eager path while a helper process compiles (unilab patch 0009).
 COMPILE_BEHIND_KEY = "training.compile_behind"
+#: The patched config's stream of the device env (unilab patch 0010): ``own`` (non-blocking) or ``warp``.
+DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
 
 #: Configuration names of runs committed before the whole-cycle graph had one name.
 LEGACY_NAMES: dict[str, str] = {
@@ -143,6 +145,12 @@ CONFIGS: dict[str, BenchConfig] = {
                     requires_key=COMPILE_BEHIND_KEY, training=(("compile_behind", "true"),), collectors=("device",),
                     notes="eager iterations while a helper process compiles, the compiled paths from a later "
                           "boundary (uni_rl 0034): compare launch to first iteration and to the end"),
+        BenchConfig("device-env-warp-stream", "patched defaults + the device env on Warp's blocking stream", "overlay",
+                    (), requires_key=DEVICE_ENV_STREAM_KEY, training=(("device_env_stream", "warp"),),
+                    collectors=("device",),
+                    notes="the env step on MuJoCo Warp's own blocking stream, which synchronizes implicitly with "
+                          "the learner's default stream (the stream before unilab 0010): compare with "
+                          "patched-default for what the non-blocking stream gains"),
         BenchConfig("patched-default", "patched defaults (tree config)", "overlay", (),
                     notes="no switch overrides: what a user of the applied tree gets"),
         BenchConfig(NEGATIVE_CONTROL, "negative control: patched defaults, learning rates ÷10", "overlay", (),

@@ -23,7 +23,7 @@
 #           (patched-default) at COLLECTOR_SETTINGS (report unilab-default; the report's at 2/1/1), ITERATIONS
 #           (1000), SUMMARY_LAST (500). COLLECTOR_GPUS (0): one GPU runs every setting in one invocation; one GPU
 #           per setting (e.g. "0 1" on nvidia-h200-x2) runs each setting's invocation on its own GPU and its own
-#           block of CORES_PER_GPU (16) cores, concurrently. COLLECTOR_SIMS (mujoco,mjwarp) and SCHEDULES (2: the 2/1/1 schedule)
+#           block of CORES_PER_GPU (16) cores, concurrently. COLLECTOR_SIMS (mujoco,mjwarp), COLLECTORS (all; e.g. device) and SCHEDULES (2: the 2/1/1 schedule)
 #           trim a call that must fit the device's time limit. Run it alone.
 #   sim2sim-train  sim-to-sim training: seeds SEEDS (1 2 3 4 5) × SIM2SIM_ARMS (mujoco mjwarp: CPU MuJoCo and
 #           MJWarp with the host collector; mjwarp-device: MJWarp with the device-resident collector) at the
