@@ -140,7 +140,7 @@ for mode in "$@"; do
       done
       ;;
     collectors)
-      collectors=$(python3 experiments/bench/bench_configs.py list collectors) || exit 1
+      collectors=${COLLECTORS:-$(python3 experiments/bench/bench_configs.py list collectors)} || exit 1
       settings=(${COLLECTOR_SETTINGS:-report unilab-default}) gpus=(${COLLECTOR_GPUS:-0}) per=${CORES_PER_GPU:-16}
       plan="SIM=${COLLECTOR_SIMS:-mujoco,mjwarp} COLLECTOR=$collectors CONFIGS=${COLLECTOR_CONFIGS:-patched-default} \
         SCHEDULES=${SCHEDULES:-2} \
