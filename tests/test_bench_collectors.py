@@ -103,10 +103,16 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
     overrides = _overrides("--backend", "mjwarp", "--collector", "device")
     assert "training.collector=device" in overrides and "task=g1_walk_flat/mjwarp" in overrides
     assert _resolve(tree, overrides) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
-    # The host collector adds no override (a pristine tree has no key): the tree's default, no device env.
+    # The patched tree's MJWarp owner trains with the device collector by default (unilab 0011): the host
+    # collector on MJWarp is named; on CPU MuJoCo it is the default and adds nothing (a pristine tree has no key).
+    default = [o for o in _overrides("--backend", "mjwarp") if not o.startswith(bench_configs.COLLECTOR_KEY)]
+    assert _resolve(tree, default) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
     host = _overrides("--backend", "mjwarp")
-    assert not [o for o in host if o.startswith(bench_configs.COLLECTOR_KEY)]
+    assert f"{bench_configs.COLLECTOR_KEY}=host" in host
     assert _resolve(tree, host) == ["host", "mjwarp", "256", "None"]
+    mujoco = _overrides("--backend", "mujoco")
+    assert not [o for o in mujoco if o.startswith(bench_configs.COLLECTOR_KEY)]
+    assert _resolve(tree, mujoco) == ["host", "mujoco", "256", "None"]
     # Control: the device collector forced onto CPU MuJoCo is refused by the trainer as by the bench.
     forced = [*_overrides("--backend", "mujoco"), "training.collector=device"]
     collector, sim, _, found = _resolve(tree, forced)

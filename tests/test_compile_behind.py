@@ -94,6 +94,71 @@ print(json.dumps({
 }))
 """
 
+DEFERRED_GRAPH = """
+import warnings
+import torch._dynamo
+from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
+import uni_rl.algos.flash_sac.learner as learner_module
+from uni_rl.algos.common.update_schedule import iteration_update_schedule
+
+learner_module.get_torch_compile_for_cuda = lambda device, warn=False: (
+    lambda fn, options=None, **kwargs: torch.compile(fn, backend="eager", **kwargs))
+# What a CUDA learner answers: the whole-iteration graph can serve (on the CPU its capture then fails).
+learner_module.FlashSACLearner._manual_graph_unsupported_reason = lambda self: None
+SCHEDULE = iteration_update_schedule(2, 2)
+SWITCHES = dict(finite_guard=True, deferred_metrics=True)
+GRAPHED = dict(use_compile=True, compile_full_objectives=True, use_whole_cycle_cuda_graph=True, **SWITCHES)
+
+def compiled(l):
+    return {f"{type(o).__name__}.{n}": id(v) for o in (l, l.actor) for n, v in vars(o).items()
+            if callable(getattr(v, "_torchdynamo_orig_callable", None))}
+
+def large(seed):
+    parts = [batch(seed * 10 + i) for i in range(2)]
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+def train(l):
+    for it in range(3):
+        l.update_iteration(large(it + 1), batch_size=32, schedule=SCHEDULE)
+    return state(l)
+
+warnings.simplefilter("ignore")
+torch._dynamo.reset(); clear_compilation_metrics()
+reference = train(learner(**SWITCHES))
+l = learner(**GRAPHED)
+held = compiled(l)
+deferred = l.defer_compiled_paths()
+during = [l.use_whole_cycle_cuda_graph, len(compiled(l)), l.deferred_path]
+trained = train(l)  # the first iteration's capture fails on the CPU: the deferred fallback
+after_fallback = [l.use_whole_cycle_cuda_graph, len(compiled(l)), l.deferred_path, len(get_compilation_metrics())]
+l.restore_compiled_paths()
+restored = [l.use_whole_cycle_cuda_graph, compiled(l) == held, l.deferred_path]
+control = learner(**GRAPHED)
+before = compiled(control)
+control._fall_back_from_whole_cycle("capture failed (test)")
+print(json.dumps({
+    "held": len(held), "deferred": deferred, "during": during, "after_fallback": after_fallback,
+    "bitwise": all(torch.equal(trained[k], reference[k]) for k in reference), "restored": restored,
+    "control_recompiled": compiled(control) != before,
+}))
+"""
+
+
+def test_the_deferred_eager_objectives_keep_the_iteration_graph_and_its_failure_compiles_nothing(
+        patched_uni_rl_root: Path) -> None:
+    """Where the whole-iteration graph can serve, the deferred learner keeps it on over its eager objectives
+    (on CUDA the eager kernels replay as one graph); a capture that fails there (as it must on the CPU) falls
+    back to the per-update eager path until the swap, compiling nothing, and trains bitwise as the uncompiled
+    learner; the swap turns the graph back on with the compiled methods. Control: the same failure outside a
+    deferral recompiles the objectives, as the ordinary fallback does."""
+    result = run_snippet(patched_uni_rl_root, DEFERRED_GRAPH)
+    assert result["held"] > 0 and result["deferred"] is True, result
+    assert result["during"] == [True, 0, "whole-iteration CUDA graph of the eager objectives"], result
+    assert result["after_fallback"] == [False, 0, "per-update eager path", 0], result
+    assert result["bitwise"] is True, result
+    assert result["restored"] == [True, True, None], result
+    assert result["control_recompiled"] is True, result
+
 
 def test_a_swap_at_an_iteration_boundary_carries_the_learner_exactly(patched_uni_rl_root: Path) -> None:
     result = run_snippet(patched_uni_rl_root, SWAP)

@@ -75,6 +75,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 assert composed.training.learner_reserved_cpus == (1 if name == "collector-pinned" else 0)
                 assert composed.training.compile_behind is (name == "compile-behind")
                 assert composed.training.device_env_stream == ("warp" if name == "device-env-warp-stream" else "own")
+                assert composed.training.logger == ("no_print" if name == "logging-off" else "tensorboard")
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
                 tree = dict(bench_configs.TREE_LEARNING_RATES)
                 scale = 0.1 if name == bench_configs.NEGATIVE_CONTROL else 1.0
@@ -90,6 +91,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "collector-pinned": (True, True),  # the default learner; only the CPU placement differs
         "compile-behind": (True, True),  # the default learner; compiled behind, from a later iteration
         "device-env-warp-stream": (True, True),  # the default learner; the device env on Warp's stream
+        "logging-off": (True, True),  # the default learner; no TensorBoard scalars
         bench_configs.NEGATIVE_CONTROL: (True, True),  # the default learner with learning rates ÷10
     }
 

@@ -151,6 +151,10 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="the env step on MuJoCo Warp's own blocking stream, which synchronizes implicitly with "
                           "the learner's default stream (the stream before unilab 0010): compare with "
                           "patched-default for what the non-blocking stream gains"),
+        BenchConfig("logging-off", "patched defaults, no TensorBoard (training.logger=no_print)", "overlay", (),
+                    training=(("logger", "no_print"),),
+                    notes="the loop without its TensorBoard scalars: compare with patched-default for what the "
+                          "loggers' writing still costs per iteration"),
         BenchConfig("patched-default", "patched defaults (tree config)", "overlay", (),
                     notes="no switch overrides: what a user of the applied tree gets"),
         BenchConfig(NEGATIVE_CONTROL, "negative control: patched defaults, learning rates ÷10", "overlay", (),

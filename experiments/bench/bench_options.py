@@ -150,6 +150,9 @@ def hydra_overrides(args: argparse.Namespace, run_logs: Path) -> list[str]:
     config = selected_config(args)
     overrides.extend(config.overrides if config else bench_configs.config_overrides_for_compile_flag(args.compile))
     overrides.extend(bench_configs.COLLECTORS[args.collector].overrides)
+    if args.collector == "host" and args.backend == "mjwarp" and (config is None or config.tree == "patched"):
+        # The patched tree's MJWarp owner defaults to the device collector (unilab 0011): the host one is named.
+        overrides.append(f"{bench_configs.COLLECTOR_KEY}=host")
     overrides.extend(args.extra_override)
     return overrides
 

@@ -412,6 +412,41 @@ def warmup_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _swap(run: dict[str, Any]) -> str:
+    """Where a compiled-behind run swapped to its compiled paths, or why it did not ("–": not compiled behind)."""
+    record = (run.get("run_summary") or {}).get("compile_behind")
+    if not record:
+        return "–"
+    if "swap_iteration" in record:
+        return (f"iteration {record['swap_iteration']}, {_fmt(record.get('swap_after_start_s'), 1)} s after the "
+                f"start ({_fmt(record.get('swap_pause_s'), 1)} s pause)")
+    return f"none: the helper was still compiling at the end (stopped, exit {record.get('helper_exit_code')})"
+
+
+def start_table(runs: Sequence[dict[str, Any]]) -> str:
+    """A start from launch: the first iteration, the run's end, the pace after the start, the compile-behind swap.
+
+    For runs made with empty compile caches (*cold at launch*); the wall per iteration is the summary window's
+    (the last ``summary_last`` iterations), which for a compiled-behind run is the eager path's when it never
+    swapped.
+    """
+    lines = [
+        "| run | configuration | setting · schedule | cold at launch | launch → 1st iteration (s) | launch → end (s) "
+        "| iterations | wall mean (summary window) | swap to the compiled paths |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        startup = run.get("startup") or {}
+        cold = (", ".join(startup["cold_caches"]) or "none") if "cold_caches" in startup else "–"
+        lines.append(
+            f"| {run.get('_file', '?')} | {_label(str(run.get('config')), [run])} | {run.get('setting')} · "
+            f"{_schedule(run)} | {cold} | {_fmt((run.get('warmup') or {}).get('startup_to_first_iteration_s'), 1)} | "
+            f"{_fmt(run.get('wall_s'), 1)} | {run.get('iterations')} | "
+            f"{_fmt((run.get('wall_per_iter_ms') or {}).get('mean_ms'))} | {_swap(run)} |"
+        )
+    return "\n".join(lines)
+
+
 def environment_section(runs: Sequence[dict[str, Any]]) -> str:
     """Machine, versions, drift, applied series, checks and provenance, from the runs themselves."""
     if not runs:

@@ -2,7 +2,7 @@
 """The documents' result tables, generated from the committed run JSONs (never typed by hand).
 
 A block in README.md, a docs/ page or a results folder's README.md is delimited by ``<!-- table:KIND:FOLDER -->``
-and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``), of
+and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``, ``start``), of
 ``headline_table`` (``headline``, the front page's) or of ``mjwarp_report`` (``physics`` from run JSONs;
 ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
 seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, ``preemption``
@@ -37,6 +37,7 @@ TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
     "timings": bench_report.summary_table,
     "pace": bench_report.pace_table,
     "collectors": bench_report.collector_table,
+    "start": bench_report.start_table,
     "headline": headline_table.headline_table,
     "physics": mjwarp_report.physics_table,
 }
