@@ -37,6 +37,9 @@ import json, os
 from torch._inductor.runtime.cache_dir_utils import cache_dir, triton_cache_dir
 from torch.utils.cpp_extension import _get_build_directory
 from uni_rl.algos.common.compile import compile_cache_file
+import warp
+warp.config.quiet = True
+warp.init()
 artifact = compile_cache_file("probe")
 triton = triton_cache_dir(0)
 print(json.dumps({
@@ -44,10 +47,19 @@ print(json.dumps({
     "triton": triton if "TRITON_CACHE_DIR" in os.environ else os.path.dirname(triton),
     "compile_artifacts": None if artifact is None else str(artifact.parent),
     "torch_extensions": os.path.dirname(_get_build_directory("probe", False)),
+    "warp_kernels": warp.config.kernel_cache_dir,
 }))
 """
+#: Warp's own answer for its kernel folder, in a fresh process.
+WARP_ORACLE = r"""
+import json
+import warp
+warp.config.quiet = True
+warp.init()
+print(json.dumps(warp.config.kernel_cache_dir))
+"""
 MOVED = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHSAC_COMPILE_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
-         "XDG_CACHE_HOME", "TMPDIR", "TEMP", "TMP", "HOME")
+         "XDG_CACHE_HOME", "TMPDIR", "TEMP", "TMP", "HOME", "WARP_CACHE_PATH")
 
 
 def _environment(tmp_path: Path, **moved: str) -> dict[str, str]:
@@ -67,10 +79,33 @@ def _oracle(env: dict[str, str], uni_rl_root: Path) -> dict[str, str | None]:
 
 
 def _probed(env: dict[str, str]) -> dict[str, str | None]:
+    import importlib.metadata
+
     import torch
 
-    found = compile_caches.folders(env, torch_cuda=torch.version.cuda)
+    found = compile_caches.folders(env, torch_cuda=torch.version.cuda,
+                                   warp_version=importlib.metadata.version("warp-lang"))
     return {name: None if folder is None else str(folder) for name, folder in found.items()}
+
+
+def test_the_warp_kernel_cache_is_where_warp_puts_it(tmp_path: Path) -> None:
+    """Warp's kernel folder (MuJoCo Warp's kernels, built on a machine's first run) under the defaults,
+    ``XDG_CACHE_HOME`` and ``WARP_CACHE_PATH``, as Warp itself answers; control: the variants differ, so a
+    probe that ignored the environment fails, and without Warp the cache is off, not empty."""
+    variants = {"defaults": {}, "xdg": {"XDG_CACHE_HOME": str(tmp_path / "xdg")},
+                "moved": {"WARP_CACHE_PATH": str(tmp_path / "warp")}}
+    seen = []
+    for name, moved in variants.items():
+        env = _environment(tmp_path, **moved)
+        proc = subprocess.run([sys.executable, "-c", WARP_ORACLE], env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        probed = _probed(env)["warp_kernels"]
+        assert probed == json.loads(proc.stdout.strip().splitlines()[-1]), name
+        seen.append(probed)
+    assert len(set(seen)) == len(variants)
+    off = compile_caches.folders(_environment(tmp_path), torch_cuda=None, warp_version=None)["warp_kernels"]
+    assert off is None and compile_caches.contents(off)["off"] is True
 
 
 @pytest.mark.extended  # a real Inductor compile on the CPU

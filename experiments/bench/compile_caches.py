@@ -2,10 +2,11 @@
 
 Why: a run's start-up is minutes on a fresh machine and seconds on a warm one, so a start-up time means
 little without the state of the caches it started from: Inductor's (FX graphs, AOTAutograd, kernels),
-Triton's compiled kernels, the warm-up's compile artifacts (uni_rl 0019, ``FLASHSAC_COMPILE_CACHE_DIR``) and
-torch's JIT-built C++ extensions (the replay transfer's native H2D extension, uni_rl 0033). Each folder is
-resolved from the environment the trainer is given, by the rules torch and uni_rl apply (the tests compare
-with their own functions), and only read: nothing is created. ``empty`` means no file under the folder (a
+Triton's compiled kernels, the warm-up's compile artifacts (uni_rl 0019, ``FLASHSAC_COMPILE_CACHE_DIR``),
+torch's JIT-built C++ extensions (the replay transfer's native H2D extension, uni_rl 0033) and Warp's kernel
+cache (MuJoCo Warp's kernels, built on a machine's first MJWarp run). Each folder is resolved from the
+environment the trainer is given, by the rules torch, uni_rl and Warp apply (the tests compare with their own
+functions), and only read: nothing is created. ``empty`` means no file under the folder (a
 missing folder is empty). Called by ``benchmark_flashsac_training.py`` just before it starts the trainer.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 #: The caches, in the order the report lists them.
-CACHES = ("inductor", "triton", "compile_artifacts", "torch_extensions")
+CACHES = ("inductor", "triton", "compile_artifacts", "torch_extensions", "warp_kernels")
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -44,10 +45,12 @@ def _temp_dir(env: Mapping[str, str]) -> Path:
     return Path("/tmp")
 
 
-def folders(env: Mapping[str, str], *, torch_cuda: str | None) -> dict[str, Path | None]:
-    """Each cache's folder for a trainer started with ``env`` (None: that cache is off).
+def folders(env: Mapping[str, str], *, torch_cuda: str | None,
+            warp_version: str | None = None) -> dict[str, Path | None]:
+    """Each cache's folder for a trainer started with ``env`` (None: that cache is off, or Warp is absent).
 
-    ``torch_cuda`` is the trainer's ``torch.version.cuda`` (it names torch's extension folder).
+    ``torch_cuda`` is the trainer's ``torch.version.cuda`` (it names torch's extension folder);
+    ``warp_version`` its warp-lang version (Warp keeps one kernel folder per version).
     """
     inductor = env.get("TORCHINDUCTOR_CACHE_DIR")
     inductor_dir = Path(inductor) if inductor is not None else (
@@ -64,12 +67,17 @@ def folders(env: Mapping[str, str], *, torch_cuda: str | None) -> dict[str, Path
             "cpu" if torch_cuda is None else f"cu{torch_cuda.replace('.', '')}")
         root = Path(env.get("XDG_CACHE_HOME", str(_home(env) / ".cache"))) / "torch_extensions"
         extensions_dir = Path(os.path.realpath(root)) / build
+    warp = env.get("WARP_CACHE_PATH")
+    warp_dir = None if warp_version is None else (
+        Path(os.path.realpath(warp)) if warp is not None
+        else Path(env.get("XDG_CACHE_HOME", str(_home(env) / ".cache"))) / "warp") / warp_version
     return {
         "inductor": inductor_dir,
         # Inductor compiles Triton kernels into its own folder unless TRITON_CACHE_DIR names another.
         "triton": Path(triton) if triton is not None else inductor_dir / "triton",
         "compile_artifacts": artifacts_dir,
         "torch_extensions": extensions_dir,
+        "warp_kernels": warp_dir,
     }
 
 
@@ -89,11 +97,18 @@ def contents(folder: Path | None) -> dict[str, Any]:
 
 
 def probe(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """The state of every cache a trainer started with ``env`` finds (this interpreter's torch names the
-    extension folder: the trainer runs on it too)."""
+    """The state of every cache a trainer started with ``env`` finds (this interpreter's torch and Warp name
+    the extension and kernel folders: the trainer runs on them too)."""
+    import importlib.metadata
+
     import torch
 
-    return {name: contents(folder) for name, folder in folders(env, torch_cuda=torch.version.cuda).items()}
+    try:
+        warp_version: str | None = importlib.metadata.version("warp-lang")
+    except importlib.metadata.PackageNotFoundError:
+        warp_version = None
+    found = folders(env, torch_cuda=torch.version.cuda, warp_version=warp_version)
+    return {name: contents(folder) for name, folder in found.items()}
 
 
 def cold(caches: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -41,7 +41,7 @@
 #   start   a fresh machine's start, side by side: for START_ROUNDS (2) rounds, alternating, each config of
 #           START_CONFIGS (patched-default compile-behind) at each setting of START_SETTINGS (report) on MJWarp
 #           with the device collector, START_ITERATIONS (1000) each, one after another on GPU 0, every run with
-#           empty Inductor, Triton and compile-artifact caches. The run JSONs (launch to first iteration, the
+#           empty Inductor, Triton, compile-artifact and Warp kernel caches. The run JSONs (launch to first iteration, the
 #           swap's record, wall per iteration) in $work/start/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
@@ -219,7 +219,7 @@ for mode in "$@"; do
       on_gpu 0 start bash -c 'for run in "$@"; do
           read -r round setting config <<<"$run"
           caches=$(mktemp -d)
-          TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton \
+          TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton WARP_CACHE_PATH=$caches/warp \
             FLASHSAC_COMPILE_CACHE_DIR=$caches/artifacts python3 experiments/bench/benchmark_flashsac_training.py \
             --unilab-root "'"$tree"'" --setting "$setting" --config "$config" --backend mjwarp --collector device \
             --iterations "'"${START_ITERATIONS:-1000}"'" --live-panel never --run-dir "$caches/run" \
