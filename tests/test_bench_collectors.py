@@ -103,16 +103,18 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
     overrides = _overrides("--backend", "mjwarp", "--collector", "device")
     assert "training.collector=device" in overrides and "task=g1_walk_flat/mjwarp" in overrides
     assert _resolve(tree, overrides) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
-    # The patched tree's MJWarp owner trains with the device collector by default (unilab 0011): the host
-    # collector on MJWarp is named; on CPU MuJoCo it is the default and adds nothing (a pristine tree has no key).
+    # The patched tree's MJWarp owner trains with the device collector by default (unilab 0011), so the bench
+    # names the collector of every run on the patched tree; the pristine tree has no key (references: none).
     default = [o for o in _overrides("--backend", "mjwarp") if not o.startswith(bench_configs.COLLECTOR_KEY)]
     assert _resolve(tree, default) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
     host = _overrides("--backend", "mjwarp")
     assert f"{bench_configs.COLLECTOR_KEY}=host" in host
     assert _resolve(tree, host) == ["host", "mjwarp", "256", "None"]
     mujoco = _overrides("--backend", "mujoco")
-    assert not [o for o in mujoco if o.startswith(bench_configs.COLLECTOR_KEY)]
+    assert f"{bench_configs.COLLECTOR_KEY}=host" in mujoco
     assert _resolve(tree, mujoco) == ["host", "mujoco", "256", "None"]
+    reference = _overrides("--backend", "mujoco", "--config", "baseline-1.3.2")
+    assert not [o for o in reference if o.startswith(bench_configs.COLLECTOR_KEY)]
     # Control: the device collector forced onto CPU MuJoCo is refused by the trainer as by the bench.
     forced = [*_overrides("--backend", "mujoco"), "training.collector=device"]
     collector, sim, _, found = _resolve(tree, forced)

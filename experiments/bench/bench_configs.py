@@ -206,15 +206,16 @@ class Collector:
     label: str
     sims: tuple[str, ...] | None = None
 
-    @property
-    def overrides(self) -> tuple[str, ...]:
-        """The Hydra override; none for the host collector, the tree's default (a pristine tree has no key)."""
-        return () if self.name == "host" else (f"{COLLECTOR_KEY}={self.name}",)
+    def overrides_on(self, tree: TreeKind) -> tuple[str, ...]:
+        """The Hydra override on a tree: the patched tree's config has the switch and every run names its
+        collector (the MuJoCo Warp owner defaults to the device one, unilab 0011); the pristine tree has no key
+        and only the host collector."""
+        return (f"{COLLECTOR_KEY}={self.name}",) if tree == "patched" else ()
 
     @property
     def requires_key(self) -> str | None:
-        """A non-default collector needs the switch in the tree's flashsac config (unilab 0007)."""
-        return COLLECTOR_KEY if self.overrides else None
+        """A collector other than UniLab 1.3.2's own needs the switch in the tree's flashsac config (unilab 0007)."""
+        return COLLECTOR_KEY if self.name != "host" else None
 
 
 #: The collectors: the host path (a spawned process stepping UniLab's NumPy env; the host runners name no
@@ -242,7 +243,7 @@ def refusal(config: str, sim: str, collector: str = "host") -> str | None:
     reference = entry is not None and entry.reference is not None
     if reference and sim != "mujoco":
         return f"{config} is a reference: it runs on CPU MuJoCo only (SIM=mujoco)"
-    if reference and chosen.overrides:
+    if reference and chosen.name != "host":
         return f"{config} is a reference: the pristine tree has only the host collector (COLLECTOR=host)"
     if entry is not None and entry.collectors is not None and collector not in entry.collectors:
         return f"{config} runs with the {' or '.join(entry.collectors)} collector only (COLLECTOR={entry.collectors[0]})"

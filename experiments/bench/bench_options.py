@@ -149,10 +149,7 @@ def hydra_overrides(args: argparse.Namespace, run_logs: Path) -> list[str]:
             overrides.append(f"{key}={value}")
     config = selected_config(args)
     overrides.extend(config.overrides if config else bench_configs.config_overrides_for_compile_flag(args.compile))
-    overrides.extend(bench_configs.COLLECTORS[args.collector].overrides)
-    if args.collector == "host" and args.backend == "mjwarp" and (config is None or config.tree == "patched"):
-        # The patched tree's MJWarp owner defaults to the device collector (unilab 0011): the host one is named.
-        overrides.append(f"{bench_configs.COLLECTOR_KEY}=host")
+    overrides.extend(bench_configs.COLLECTORS[args.collector].overrides_on(config.tree if config else "patched"))
     overrides.extend(args.extra_override)
     return overrides
 
@@ -173,7 +170,7 @@ def require_runnable(args: argparse.Namespace) -> None:
     smoke run of the host collector (its replay pipeline needs CUDA)."""
     name, _ = config_identity(args)
     reason = bench_configs.refusal(name, args.backend, args.collector)
-    if reason is None and args.cpu_smoke and not bench_configs.COLLECTORS[args.collector].overrides:
+    if reason is None and args.cpu_smoke and args.collector == "host":
         reason = "--cpu-smoke runs the device collector only (--collector device): the host path needs CUDA"
     if reason is not None:
         raise BenchSetupError(reason)
