@@ -14,6 +14,10 @@ Run from an applied UniLab tree's root (G1 meshes unpacked) with the overlay, th
                 device ring that stores the post-reset observation as a done row's next observation.
   finite-guard  the device runner trains while one done row's final observation is NaN; with the finite
                 guard some updates are skipped and the learner stays finite. `--broken`: the guard off.
+  host-ahead    the device runner trains twice, its host reading each iteration's results an iteration late
+                (the default) and at the iteration's end (`host_ahead=False`): every logged row (iteration,
+                learner metrics, episode reward), the learner and the ring must be equal. `--broken`: the
+                metrics read where the host gets to them, not staged where the iteration ended.
   checkpoint    the host path's loaders take `--checkpoint`: UniLab's play actor (`build_play_actor` +
                 `load_play_actor`) and a FlashSAC learner built from the tree's config (`load_state_dict`, the
                 runner's resume format). `--broken`: the checkpoint without its actor.
@@ -40,6 +44,7 @@ from uni_rl.algos.common.update_schedule import iteration_update_schedule, run_s
 from uni_rl.algos.flash_sac.learner import FlashSACLearner
 from uni_rl.ipc.replay_buffer import ReplayBuffer
 from uni_rl.ipc.replay_pipelines.gpu_resident import GPUResidentReplayPipeline, _ring_spans
+from uni_rl.logging import OffPolicyLogger
 from uni_rl.offpolicy import device_runner
 from uni_rl.offpolicy.device_replay import DeviceReplayRing
 from uni_rl.offpolicy.runner import update_reward_stats_from_replay
@@ -58,24 +63,31 @@ def small_learner(env: NumpyEnvAsDeviceEnv, **switches: Any) -> FlashSACLearner:
 
 
 def train(env: NumpyEnvAsDeviceEnv, learner: FlashSACLearner, ring_class: type, *, iterations: int,
-          log_dir: str, **schedule: int) -> dict:
-    """`DeviceCollectorRunner.learn` as UniLab runs it; returns the ring it wrote and the learner's metrics."""
+          log_dir: str, host_ahead: bool = True, **schedule: int) -> dict:
+    """`DeviceCollectorRunner.learn` as UniLab runs it; returns the ring it wrote and what the runner logged
+    (per iteration: its number, the learner's metrics, the mean episode reward)."""
     rings: list[DeviceReplayRing] = []
-    metrics: list[dict[str, float]] = []
+    logged: list[dict[str, Any]] = []
 
     class Captured(ring_class):  # type: ignore[misc, valid-type]
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             rings.append(self)
 
-    read = learner.read_deferred_metrics
-    learner.read_deferred_metrics = lambda: metrics.append(read()) or metrics[-1]  # type: ignore[method-assign]
+    class Logger(OffPolicyLogger):
+        def log_step(self, **kwargs: Any) -> None:
+            logged.append({"iteration": kwargs["iteration"], "metrics": dict(kwargs["metrics"]),
+                           "reward": kwargs["reward"]})
+            super().log_step(**kwargs)
+
     device_runner.DeviceReplayRing = Captured  # type: ignore[misc]
+    device_runner.OffPolicyLogger = Logger  # type: ignore[misc]
     runner = device_runner.DeviceCollectorRunner(
         learner=learner, env=env, env_name="G1WalkFlat", algo_type="flashsac", num_envs=env.num_envs,
-        obs_normalization=False, seed=1, **schedule)
+        obs_normalization=False, seed=1, host_ahead=host_ahead, **schedule)
     runner.learn(max_iterations=iterations, save_interval=0, log_dir=log_dir, logger_type="no_print")
-    return {"ring": rings[0], "metrics": metrics, "summary": runner.last_run_summary}
+    return {"ring": rings[0], "logged": logged, "metrics": [row["metrics"] for row in logged],
+            "summary": runner.last_run_summary}
 
 
 def ring_problems(ring: DeviceReplayRing, recording: list) -> list[str]:
@@ -253,6 +265,34 @@ def mode_finite_guard(args: argparse.Namespace) -> dict:
             "critic_losses_finite": [math.isfinite(m["critic_loss"]) for m in out["metrics"]]}
 
 
+def mode_host_ahead(args: argparse.Namespace) -> dict:
+    """The same training with the host reading each iteration back an iteration late and at its end."""
+    runs = {}
+    for host_ahead in (True, False):
+        env = NumpyEnvAsDeviceEnv(build_env(args.num_envs, 1), CPU)
+        learner = small_learner(env, finite_guard=True)
+        if args.broken and host_ahead:  # the metrics read where the host gets to them, not where staged
+            learner.stage_deferred_metrics = lambda learner=learner: SimpleNamespace(  # type: ignore[method-assign]
+                read=learner.read_deferred_metrics)
+        out = train(env, learner, DeviceReplayRing, iterations=30, log_dir=f"{args.log_dir}/{host_ahead}",
+                    replay_buffer_n=8, batch_size=32, learning_starts=2, updates_per_step=2, policy_frequency=1,
+                    env_steps_per_sync=1, host_ahead=host_ahead)
+        env.close()
+        runs[host_ahead] = {"logged": out["logged"], "state": learner_state(learner),
+                            "ring": out["ring"]._storage.clone(),  # noqa: SLF001
+                            "syncs": out["summary"]["host_syncs_per_iteration"]}
+    ahead, behind = runs[True], runs[False]
+    a, b = ahead["state"], behind["state"]
+    return {"iterations": [row["iteration"] for row in ahead["logged"]],
+            "rewards_logged": sum(row["reward"] is not None for row in ahead["logged"]),
+            "logged_equal": ahead["logged"] == behind["logged"],
+            "first_logged_difference": next((x["iteration"] for x, y in zip(ahead["logged"], behind["logged"])
+                                             if x != y), None),
+            "state_equal": sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a),
+            "ring_equal": torch.equal(ahead["ring"], behind["ring"]),
+            "host_syncs_per_iteration": [ahead["syncs"], behind["syncs"]]}
+
+
 def mode_checkpoint(args: argparse.Namespace) -> dict:
     from device_env_adapter import _compose_flashsac_cfg, make_g1_walk_flat_cpu_env
     from uni_rl.algos.flash_sac.double_buffer import flashsac_learner_kwargs
@@ -301,7 +341,7 @@ def mode_explore(args: argparse.Namespace) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("ring", "equivalence", "finite-guard", "checkpoint", "explore"))
+    parser.add_argument("mode", choices=("ring", "equivalence", "finite-guard", "host-ahead", "checkpoint", "explore"))
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--broken", action="store_true")
     parser.add_argument("--num-envs", type=int, default=16)
@@ -309,7 +349,7 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(1)
     modes = {"ring": mode_ring, "equivalence": mode_equivalence, "finite-guard": mode_finite_guard,
-             "checkpoint": mode_checkpoint, "explore": mode_explore}
+             "host-ahead": mode_host_ahead, "checkpoint": mode_checkpoint, "explore": mode_explore}
     result = modes[args.mode](args)
     print(json.dumps(result, default=str))
     return 0

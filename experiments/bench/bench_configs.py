@@ -48,6 +48,8 @@ COLLECTOR_KEY = "training.collector"
 COMPILE_BEHIND_KEY = "training.compile_behind"
 #: The patched config's stream of the device env (unilab patch 0010): ``own`` (non-blocking) or ``warp``.
 DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
+#: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
+HOST_AHEAD_KEY = "training.collector_host_ahead"
 
 #: Configuration names of runs committed before the whole-cycle graph had one name.
 LEGACY_NAMES: dict[str, str] = {
@@ -151,6 +153,12 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="the env step on MuJoCo Warp's own blocking stream, which synchronizes implicitly with "
                           "the learner's default stream (the stream before unilab 0010): compare with "
                           "patched-default for what the non-blocking stream gains"),
+        BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
+                    "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
+                    training=(("collector_host_ahead", "false"),), collectors=("device",),
+                    notes="the host waits for each iteration's end before it reads its results and queues the "
+                          "next (the loop before uni_rl 0035): compare with patched-default for what reading "
+                          "an iteration behind gains"),
         BenchConfig("logging-off", "patched defaults, no TensorBoard (training.logger=no_print)", "overlay", (),
                     training=(("logger", "no_print"),),
                     notes="the loop without its TensorBoard scalars: compare with patched-default for what the "
