@@ -293,8 +293,13 @@ def test_a_real_bench_run_records_its_start_up_timeline_and_the_caches_it_found(
     """The device run's start-up record (the host replay pipeline's phases are the GPU runs'; none here)."""
     startup = device_run["startup"]
     phases = startup["phases_s"]
-    assert list(phases)[0] == "learner_constructed" and list(phases)[-1] == "first_iteration"
-    assert 0.0 < phases["learner_constructed"] <= phases["warm_up_done"] <= phases["first_iteration"]
+    assert list(phases)[0] == "env_physics_built" and list(phases)[-1] == "first_iteration"
+    assert 0.0 < phases["env_physics_built"] <= phases["device_env_built"] <= phases["learner_constructed"]
+    assert phases["learner_constructed"] <= phases["warm_up_done"] <= phases["first_iteration"]
+    # Warp's CPU device builds lazily unless asked (unisim 0004): every module load was a launch's.
+    loads = startup["warp_module_loads"]
+    assert loads["kernel_build"]["workers"] == 0 and loads["by_build_workers"]["count"] == 0
+    assert loads["at_launch"]["count"] > 20 and loads["at_launch"]["last_end_s"] <= phases["first_iteration"]
     assert phases["first_iteration"] == device_run["warmup"]["startup_to_first_iteration_s"]
     assert "collector_started" not in phases and device_run["replay_h2d"] is None  # no collector process, no H2D
     assert set(startup["compile_caches"]) == set(bench_records.compile_caches.CACHES)

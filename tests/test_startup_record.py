@@ -8,7 +8,10 @@ Each with a control that must fail:
 - a folder is empty until a real ``torch.compile`` writes into it (a folder holding only folders is empty too);
 - the hook's phase timer wraps a real uni_rl function when its module is imported, without importing
   anything earlier, times only its first call and puts the original back (the wrapped state is seen first);
-- the report's warm-up table shows the timeline and the cold caches, and "–" for a run that predates them.
+- the report's warm-up table shows the timeline and the cold caches, and "–" for a run that predates them;
+- the hook times every Warp module load of a real (CPU) kernel and says who made it: a launch, or a worker
+  thread (as the mjwarp backend's build workers are); a second launch of a loaded module records nothing;
+  the start-phases table splits the loads, and shows "–" for a run without the record.
 """
 
 from __future__ import annotations
@@ -212,16 +215,95 @@ def test_the_timeline_reads_the_learners_phases_in_the_order_they_ended(tmp_path
 
 
 def test_the_reports_columns_are_phases_the_hook_times_and_each_names_a_patched_function(
-        patched_uni_rl_root: Path) -> None:
-    """A renamed function would silently drop its phase from every run: each must exist in the overlay."""
+        applied_session: tuple[Path, Path]) -> None:
+    """A renamed function would silently drop its phase from every run: each must exist in the overlay or the
+    applied tree."""
     assert {name for name, _ in bench_report.STARTUP_COLUMNS} <= {phase.name for phase in startup_phases.PHASES}
     code = ("import importlib, json, sys\nfound = []\n"
             "for module, attribute in json.loads(sys.argv[1]):\n    obj = importlib.import_module(module)\n"
             "    for part in attribute.split('.'):\n        obj = getattr(obj, part, None)\n"
             "    found.append(callable(obj))\nprint(json.dumps(found))\n")
     wanted = [[phase.module, phase.attribute] for phase in startup_phases.PHASES]
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(patched_uni_rl_root)}
+    tree, overlay = applied_session
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "MUJOCO_GL": "disable",
+           "PYTHONPATH": os.pathsep.join([str(overlay), str(tree / "src")])}
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(wanted)], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True] * len(wanted)
+
+
+#: In a fresh process: the hook's Warp load timer on a real kernel, loaded by a worker thread and by a launch.
+WARP_LOADS = r"""
+import json, threading, time
+import startup_phases
+records = []
+startup_phases.install(records.append, time.perf_counter, ())
+import warp as wp
+wp.config.log_level = wp.LOG_WARNING
+
+@wp.kernel
+def built_ahead(a: wp.array(dtype=float)):
+    a[wp.tid()] = 1.0
+
+x = wp.zeros(4, dtype=float, device="cpu")
+worker = threading.Thread(target=lambda: built_ahead.module.load("cpu", block_dim=1))
+worker.start(); worker.join()
+wp.launch(built_ahead, dim=4, inputs=[x], device="cpu")  # already loaded: no record
+
+def at_launch():
+    @wp.kernel(module="unique")
+    def launched(a: wp.array(dtype=float)):
+        a[wp.tid()] = 2.0
+    return launched
+
+k = at_launch()
+wp.launch(k, dim=4, inputs=[x], device="cpu")
+wp.launch(k, dim=4, inputs=[x], device="cpu")
+print(json.dumps({"records": records, "x": x.numpy().tolist()}))
+"""
+
+
+def test_the_hook_times_every_warp_module_load_and_says_who_made_it(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(BENCH / "hook"), WARP_CACHE_PATH=str(tmp_path / "warp"), CUDA_VISIBLE_DEVICES="")
+    script = tmp_path / "warp_loads.py"  # Warp reads a kernel's source from its file
+    script.write_text(WARP_LOADS, encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["x"] == [2.0] * 4
+    records = out["records"]
+    assert [(r["kind"], r["launch"]) for r in records] == [("warp_load", False), ("warp_load", True)]
+    assert records[0]["module"].endswith("__main__") or records[0]["module"] == "__main__"
+    assert "launched" in records[1]["module"] and all(r["end_s"] > r["start_s"] for r in records)
+
+
+def test_the_start_phases_table_splits_warp_loads_by_who_made_them(tmp_path: Path) -> None:
+    sink = tmp_path / "timings.jsonl"
+    build = {"workers": 16, "modules": 29, "seconds": 9.5, "failed": []}
+    lines = [
+        {"kind": "phase", "name": "env_physics_built", "pid": 7, "start_s": 3.0, "end_s": 20.0, "detail": build},
+        {"kind": "warp_load", "module": "mujoco_warp._src.smooth", "launch": False, "pid": 7, "start_s": 4, "end_s": 9},
+        {"kind": "warp_load", "module": "mujoco_warp._src.solver", "launch": False, "pid": 7, "start_s": 4, "end_s": 7},
+        {"kind": "warp_load", "module": "_k__locals__kernel_1", "launch": True, "pid": 7, "start_s": 15, "end_s": 16.5},
+        {"kind": "warp_load", "module": "_k__locals__kernel_2", "launch": True, "pid": 8, "start_s": 1, "end_s": 90},
+    ]
+    sink.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    phases = bench_records.read_phases(sink, 7)
+    record = bench_records.startup_record(phases, [{"wall_s": 31.0}], {}, bench_records.read_warp_loads(sink, 7))
+    loads = record["warp_module_loads"]
+    assert loads["by_build_workers"] == {"count": 2, "seconds": 8.0, "last_end_s": 9.0}
+    assert loads["at_launch"] == {"count": 1, "seconds": 1.5, "last_end_s": 16.5} and loads["kernel_build"] == build
+    run = {"_file": "r.json", "config": "patched-default", "setting": "report",
+           "warmup": {"startup_to_first_iteration_s": 31.0}, "startup": record}
+    (row,) = bench_report.start_phases_table([run]).splitlines()[2:]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    columns = [name for name, _ in bench_report.START_PHASE_COLUMNS]
+    assert cells[3 + columns.index("env_physics_built")] == "20.0"
+    assert cells[3 + len(columns):6 + len(columns)] == ["31.0", "16 · 2 · 8.0 · 9.5", "1 · 1.5"]
+    # Control: a run from before the record shows dashes, not zeros.
+    (old,) = bench_report.start_phases_table([{**run, "startup": None}]).splitlines()[2:]
+    old_cells = [c.strip() for c in old.split("|")[1:-1]]
+    assert old_cells[3:] == ["–"] * len(columns) + ["31.0", "–", "–", "–"]

@@ -91,6 +91,8 @@ class BenchConfig:
     of the same names); ``training`` are ``training.*`` values; ``hyperparameters`` are other
     ``algo.algo_params`` values (only the negative control sets any: it changes what is learned, every
     other configuration only how fast). ``overrides``, appended to the Hydra command, are derived from them.
+    ``environment`` holds variables set for the trainer, for switches that are not in the Hydra config (the
+    physics adapter's, read by unisim).
     """
 
     name: str
@@ -103,6 +105,9 @@ class BenchConfig:
     #: The collectors it runs with (None: any); the others are refused in one line.
     collectors: tuple[str, ...] | None = None
     hyperparameters: tuple[tuple[str, float], ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
+    #: The physics it runs on (None: any); the others are refused in one line.
+    sims: tuple[str, ...] | None = None
     notes: str = field(default="", compare=False)
 
     @property
@@ -159,6 +164,11 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="the host waits for each iteration's end before it reads its results and queues the "
                           "next (the loop before uni_rl 0035): compare with patched-default for what reading "
                           "an iteration behind gains"),
+        BenchConfig("warp-lazy-build", "patched defaults + MuJoCo Warp's kernels built at their launch", "overlay",
+                    (), environment=(("UNISIM_MJWARP_BUILD_WORKERS", "0"),), sims=("mjwarp",),
+                    notes="Warp builds each module at its first launch, one after the other (unisim-core 1.7.8, "
+                          "before unisim 0004): compare launch to first iteration with patched-default, both "
+                          "with an empty Warp kernel cache"),
         BenchConfig("logging-off", "patched defaults, no TensorBoard (training.logger=no_print)", "overlay", (),
                     training=(("logger", "no_print"),),
                     notes="the loop without its TensorBoard scalars: compare with patched-default for what the "
@@ -253,6 +263,8 @@ def refusal(config: str, sim: str, collector: str = "host") -> str | None:
         return f"{config} is a reference: it runs on CPU MuJoCo only (SIM=mujoco)"
     if reference and chosen.name != "host":
         return f"{config} is a reference: the pristine tree has only the host collector (COLLECTOR=host)"
+    if entry is not None and entry.sims is not None and sim not in entry.sims:
+        return f"{config} changes how MuJoCo Warp starts: it runs on {' or '.join(entry.sims)} only (SIM={entry.sims[0]})"
     if entry is not None and entry.collectors is not None and collector not in entry.collectors:
         return f"{config} runs with the {' or '.join(entry.collectors)} collector only (COLLECTOR={entry.collectors[0]})"
     if chosen.sims is not None and sim not in chosen.sims:

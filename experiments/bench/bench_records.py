@@ -64,16 +64,42 @@ def read_phases(path: Path, pid: int | None) -> dict[str, dict[str, Any]]:
     return phases
 
 
+def read_warp_loads(path: Path, pid: int | None) -> list[dict[str, Any]]:
+    """Warp's module loads the hook timed in the learner's process (``pid``; any process when None)."""
+    loads: list[dict[str, Any]] = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line) if line.strip() else {}
+            if record.get("kind") == "warp_load" and (pid is None or record.get("pid") == pid):
+                loads.append(record)
+    return loads
+
+
+def warp_loads_record(loads: list[dict[str, Any]], phases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Warp's module loads by who made them: the mjwarp backend's build workers (unisim 0004; with its own
+    record, from the physics phase's detail) or a launch, each as a count, the seconds they took (summed; the
+    workers' run side by side) and when the last one ended, in seconds since the trainer's start."""
+    def part(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"count": len(rows), "seconds": round(sum(float(r["end_s"]) - float(r["start_s"]) for r in rows), 3),
+                "last_end_s": round(max(float(r["end_s"]) for r in rows), 3) if rows else None}
+
+    return {"by_build_workers": part([r for r in loads if not r.get("launch")]),
+            "at_launch": part([r for r in loads if r.get("launch")]),
+            "kernel_build": (phases.get("env_physics_built") or {}).get("detail")}
+
+
 def startup_record(phases: dict[str, dict[str, Any]], rows_all: list[dict[str, Any]],
-                   caches: dict[str, dict[str, Any]]) -> dict[str, Any]:
+                   caches: dict[str, dict[str, Any]], warp_loads: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Seconds from the trainer's start to the end of each start-up phase, in the order they ended, the first
-    iteration last, with what each phase's first call took and the compile caches' state at launch."""
+    iteration last, with what each phase's first call took, Warp's module loads (``warp_loads_record``) and
+    the compile caches' state at launch."""
     ended = sorted(phases.values(), key=lambda p: float(p["end_s"]))
     first = rows_all[0].get("wall_s") if rows_all else None
     return {
         "origin": "the trainer process's start (the bench hook's import)",
         "phases_s": {**{p["name"]: float(p["end_s"]) for p in ended}, "first_iteration": first},
         "phase_durations_s": {p["name"]: float(p["end_s"]) - float(p["start_s"]) for p in ended},
+        "warp_module_loads": warp_loads_record(warp_loads or [], phases),
         "compile_caches": caches,
         "cold_caches": compile_caches.cold(caches),
     }

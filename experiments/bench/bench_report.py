@@ -447,6 +447,51 @@ def start_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: The start's phases of the phase table: the device collector's env, then the learner (``hook/startup_phases.py``).
+START_PHASE_COLUMNS = (
+    ("env_physics_built", "MJWarp physics built"),
+    ("device_env_built", "device env built"),
+    ("device_env_reset", "env's 1st reset (step captured)"),
+    ("learner_constructed", "learner built"),
+)
+
+
+def _loads(part: dict[str, Any] | None) -> str:
+    """A count of Warp module loads and the seconds they took (summed), or – for a run without the record."""
+    return f"{part['count']} · {_fmt(part['seconds'], 1)}" if part else "–"
+
+
+def start_phases_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Where a start's seconds went: launch to the end of each phase, and Warp's module loads by who made them.
+
+    *built ahead* is the mjwarp backend's build before its first launch (unisim 0004): workers, then loads and
+    the seconds they took summed over the workers, then the build's own wall seconds; *at a launch* are the
+    loads a kernel launch made (the physics' own modules when nothing was built ahead, and the kernels MuJoCo
+    Warp creates for the model at their first call).
+    """
+    lines = [
+        "| run | configuration | setting | " + " | ".join(f"{header} (s)" for _, header in START_PHASE_COLUMNS)
+        + " | 1st iteration (s) | Warp: built ahead (workers · loads · s summed · s wall) | Warp: loads at a launch "
+        "(count · s) | cold at launch |",
+        "|---|---|---|" + "---|" * len(START_PHASE_COLUMNS) + "---|---|---|---|",
+    ]
+    for run in runs:
+        startup = run.get("startup") or {}
+        phases = startup.get("phases_s") or {}
+        loads = startup.get("warp_module_loads") or {}
+        build = loads.get("kernel_build") or {}
+        ahead = (f"{build['workers']} · {_loads(loads.get('by_build_workers'))} · {_fmt(build['seconds'], 1)}"
+                 if build.get("workers") else ("none" if loads else "–"))
+        cold = (", ".join(startup["cold_caches"]) or "none") if "cold_caches" in startup else "–"
+        lines.append(
+            f"| {run.get('_file', '?')} | {_label(str(run.get('config')), [run])} | {run.get('setting')} | "
+            + " | ".join(_fmt(phases.get(name), 1) for name, _ in START_PHASE_COLUMNS)
+            + f" | {_fmt((run.get('warmup') or {}).get('startup_to_first_iteration_s'), 1)} | {ahead} | "
+            f"{_loads(loads.get('at_launch'))} | {cold} |"
+        )
+    return "\n".join(lines)
+
+
 def environment_section(runs: Sequence[dict[str, Any]]) -> str:
     """Machine, versions, drift, applied series, checks and provenance, from the runs themselves."""
     if not runs:

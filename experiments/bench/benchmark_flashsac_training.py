@@ -55,7 +55,7 @@ from bench_options import (  # noqa: E402
 )
 from bench_records import (  # noqa: E402
     applied_state, collector_record, floor_report, last_exception_line, load_json_object, read_phases,
-    read_provenance, read_timings, replay_h2d_record, startup_record, training_config,
+    read_provenance, read_timings, read_warp_loads, replay_h2d_record, startup_record, training_config,
 )
 
 
@@ -127,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     site = provenance_site(args.overlay, learner_path, run_dir)
     env = child_env(learner_path=learner_path, prov_site=site, unilab_root=unilab_root,
                     overlay=args.overlay, timings=timings, provenance_dir=prov_dir)
+    if config is not None:
+        env.update(dict(config.environment))
     if args.cpu_smoke:
         env.update(CUDA_VISIBLE_DEVICES="", UNISIM_MJWARP_ALLOW_CPU="1")
     command = [sys.executable, "-m", "flashsac_bench_hook",
@@ -197,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         "provenance_flagged": any(bool(r.get("flagged")) for r in provenance),
         "learner_uni_rl_modules": end.get("uni_rl_modules", []),
         # launch to each start-up phase, the caches found at launch, who copies the replay to the device
-        "startup": startup_record(phases, rows_all, caches),
+        "startup": startup_record(phases, rows_all, caches, read_warp_loads(timings, meta.get("pid"))),
         "replay_h2d": replay_h2d_record(phases),
         "reward": [row.get("reward") for row in rows_all],
     }

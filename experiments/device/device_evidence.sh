@@ -43,6 +43,10 @@
 #           with the device collector, START_ITERATIONS (1000) each, one after another on GPU 0, every run with
 #           empty Inductor, Triton, compile-artifact and Warp kernel caches. The run JSONs (launch to first iteration, the
 #           swap's record, wall per iteration) in $work/start/.
+#   kernel-build  where MuJoCo Warp's kernel modules are built as a G1 Walk Flat env starts, with an empty Warp
+#           kernel cache each time: experiments/evidence/mjwarp_kernel_build.py for KB_ROUNDS (2) rounds,
+#           alternating over KB_WORKERS (0 auto: Warp's lazy build, then the backend's default of one build worker
+#           per usable CPU), KB_NUM_ENVS (256) worlds, one after another on GPU 0. JSONs in $work/kernel-build/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -50,7 +54,7 @@
 # (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start'
+modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start|kernel-build'
 [ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
                   exit 2; }
 budget=${BUDGET_S:-540}
@@ -226,6 +230,24 @@ for mode in "$@"; do
             --output "'"$work"'/start/$setting-$config-round$round.json"; echo "$run: exit $?"
           rm -rf "$caches"
         done' start "${runs[@]}"
+      ;;
+    kernel-build)
+      mkdir -p "$work/kernel-build"
+      runs=()
+      for round in $(seq 1 "${KB_ROUNDS:-2}"); do
+        order=(${KB_WORKERS:-0 auto})
+        [ $((round % 2)) -eq 0 ] && order=($(printf '%s\n' "${order[@]}" | tac))
+        for workers in "${order[@]}"; do runs+=("$round $workers"); done
+      done
+      on_gpu 0 kernel-build bash -c 'for run in "$@"; do
+          read -r round workers <<<"$run"
+          caches=$(mktemp -d)
+          ( cd "'"$tree"'" && WARP_CACHE_PATH=$caches/warp PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'" \
+            $([ "$workers" = auto ] && echo "env -u UNISIM_MJWARP_BUILD_WORKERS" || echo "env UNISIM_MJWARP_BUILD_WORKERS=$workers") \
+            python3 "'"$PWD"'/experiments/evidence/mjwarp_kernel_build.py" --num-envs "'"${KB_NUM_ENVS:-256}"'" \
+            --output "'"$work"'/kernel-build/workers-$workers-round$round.json" ); echo "$run: exit $?"
+          rm -rf "$caches"
+        done' kernel-build "${runs[@]}"
       ;;
     *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2
        exit 2 ;;

@@ -38,6 +38,7 @@ TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
     "pace": bench_report.pace_table,
     "collectors": bench_report.collector_table,
     "start": bench_report.start_table,
+    "start-phases": bench_report.start_phases_table,
     "headline": headline_table.headline_table,
     "physics": mjwarp_report.physics_table,
 }

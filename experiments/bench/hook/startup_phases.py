@@ -8,16 +8,22 @@ and without importing any module earlier than the trainer does), notes when its 
 and puts the original back. A learner without the function (unilab-rl 1.3.2 has no warm-up) records no such
 phase, and nothing the learner computes changes.
 
+Warp's module loads are timed too, every one of them (``warp_load`` records: which module, whether a launch
+loaded it or the mjwarp backend's build workers did, when, for how long): on a fresh machine Warp's kernel
+build decides when the MJWarp env can take its first step.
+
 Standard library only: imported before the trainer. Installed by ``flashsac_bench_hook.install``; its records
-are read back by ``bench_records.read_phases``.
+are read back by ``bench_records.read_phases`` and ``bench_records.read_warp_loads``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.abc
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -33,8 +39,13 @@ class Phase(NamedTuple):
     detail: str = ""
 
 
-#: In the order a host-collector run passes through them (the device collector starts none).
+#: In the order a run passes through them: the device collector's env (MJWarp physics built, with its kernel
+#: build's record; the device env built; its first reset, which captures the step), then the learner's phases
+#: (a host-collector run builds its env in the collector's process and starts no device env).
 PHASES: tuple[Phase, ...] = (
+    Phase("env_physics_built", "unisim.backend.mjwarp.backend", "MjwarpBackend.__init__", detail="kernel_build"),
+    Phase("device_env_built", "unilab.envs.device", "make_g1_walk_device_env"),
+    Phase("device_env_reset", "unilab.envs.device.g1_walk", "G1WalkDeviceEnv.reset"),
     Phase("learner_constructed", "uni_rl.algos.flash_sac.learner", "FlashSACLearner.__init__"),
     Phase("replay_pipeline_ready", "uni_rl.ipc.replay_pipelines.gpu_resident", "GPUResidentReplayPipeline.__init__",
           detail="transfer_manifest"),
@@ -46,19 +57,51 @@ PHASES: tuple[Phase, ...] = (
           "DoubleBufferOffPolicyRunner._wait_for_inference_request"),
 )
 
+#: Where Warp (1.16) defines ``Module``, whose ``load`` builds or loads a kernel module.
+WARP_CONTEXT = "warp._src.context"
+
 Record = Callable[[dict[str, Any]], None]
 Clock = Callable[[], float]
+Wrap = Callable[[ModuleType], None]
 
 
 def install(record: Record, clock: Clock, phases: Sequence[Phase] = PHASES) -> None:
-    """Time the first call of every phase's function: now if its module is loaded, else when it is imported."""
-    pending: dict[str, list[Phase]] = {}
+    """Time the first call of every phase's function and every Warp module load: now if the module is loaded,
+    else when it is imported."""
+    pending: dict[str, list[Wrap]] = {}
     for phase in phases:
-        pending.setdefault(phase.module, []).append(phase)
+        pending.setdefault(phase.module, []).append(
+            functools.partial(_wrap_module, phases=[phase], record=record, clock=clock))
+    pending.setdefault(WARP_CONTEXT, []).append(functools.partial(_time_warp_loads, record=record, clock=clock))
     for name in [n for n in pending if n in sys.modules]:
-        _wrap_module(sys.modules[name], pending.pop(name), record, clock)
+        for wrap in pending.pop(name):
+            wrap(sys.modules[name])
     if pending:
-        sys.meta_path.insert(0, _AfterImport(pending, record, clock))
+        sys.meta_path.insert(0, _AfterImport(pending))
+
+
+def _time_warp_loads(context: ModuleType, record: Record, clock: Clock) -> None:
+    """Every ``Module.load`` that loaded a new variant (built it, or read it from Warp's cache) is recorded."""
+    owner = getattr(context, "Module", None)
+    original = vars(owner).get("load") if owner is not None else None
+    if not callable(original):
+        return
+    main = threading.main_thread()
+
+    @functools.wraps(original)
+    def load(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = len(self.execs)
+        start = clock()
+        result = original(self, *args, **kwargs)
+        if len(self.execs) > before:
+            try:
+                record({"kind": "warp_load", "module": self.name, "launch": threading.current_thread() is main,
+                        "pid": os.getpid(), "start_s": start, "end_s": clock()})
+            except Exception as exc:  # never break training for a measurement
+                print(f"[flashsac_bench_hook] could not record a Warp load: {exc!r}", file=sys.stderr)
+        return result
+
+    owner.load = load
 
 
 def _wrap_module(module: ModuleType, phases: list[Phase], record: Record, clock: Clock) -> None:
@@ -89,7 +132,9 @@ def _first_call_timer(owner: Any, attribute: str, original: Callable[..., Any], 
         entry: dict[str, Any] = {"kind": "phase", "name": phase.name, "pid": os.getpid(),
                                  "start_s": start, "end_s": clock()}
         if phase.detail and args:
-            entry["detail"] = getattr(args[0], phase.detail, None)
+            detail = getattr(args[0], phase.detail, None)
+            is_record = dataclasses.is_dataclass(detail) and not isinstance(detail, type)
+            entry["detail"] = dataclasses.asdict(detail) if is_record else detail
         try:
             record(entry)
         except Exception as exc:  # never break training for a measurement
@@ -100,14 +145,14 @@ def _first_call_timer(owner: Any, attribute: str, original: Callable[..., Any], 
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds a pending module through the other finders and wraps its phases right after it executes."""
+    """Finds a pending module through the other finders and wraps its functions right after it executes."""
 
-    def __init__(self, pending: dict[str, list[Phase]], record: Record, clock: Clock) -> None:
-        self._pending, self._record, self._clock = pending, record, clock
+    def __init__(self, pending: dict[str, list[Wrap]]) -> None:
+        self._pending = pending
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        phases = self._pending.pop(fullname, None)
-        if phases is None:
+        wraps = self._pending.pop(fullname, None)
+        if wraps is None:
             return None
         for finder in sys.meta_path:
             spec = finder.find_spec(fullname, path, target) if finder is not self and hasattr(finder, "find_spec") else None
@@ -122,7 +167,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             execute(module)
-            _wrap_module(module, phases, self._record, self._clock)
+            for wrap in wraps:
+                wrap(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Where MuJoCo Warp's kernel modules are built when a G1 Walk Flat ``mjwarp`` env starts (unisim patch 0004).
+
+Builds the collector's env (the tree's Hydra config, ``g1_walk_flat/mjwarp``, ``--num-envs`` worlds), resets it
+and steps it ``--steps`` times with seeded uniform actions, while every ``Module.load`` of Warp is recorded:
+the module, the thread that loaded it (the backend's build workers or the launching thread), when, and for
+how long. Run from a UniLab tree root with the overlay first on ``PYTHONPATH``; on Warp's CPU device
+(``UNISIM_MJWARP_ALLOW_CPU=1``, ``tests/test_mjwarp_kernel_build.py``) or on CUDA (with an empty
+``WARP_CACHE_PATH`` every load is a build: the fresh machine's start).
+
+The check holds when the backend built before its first launch (``kernel_build.workers`` > 0, no failure) and
+no module of ``kernel_build.PACKAGES`` was built by a launch: a module the launching thread loads is one the
+build did not cover. With ``UNISIM_MJWARP_BUILD_WORKERS=0`` (Warp's lazy build) it must fail: the control.
+
+Prints one JSON line (``--output``: also to a file): the device, the versions, the env's build seconds, the steps' seconds, the backend's ``kernel_build``, and the
+loads split by who made them (count and seconds); ``--qpos-output`` saves the final qpos for a bitwise
+comparison. Exit 0 when the check holds, 1 when it does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
+from collector_profile import action_dim_of, action_sequence, build_env  # noqa: E402
+
+
+def record_loads(loads: list[dict[str, Any]]) -> None:
+    """Wrap Warp's ``Module.load``: each call that loaded a new variant appends one record to ``loads``."""
+    from warp._src import context
+
+    original = context.Module.load
+    main = threading.main_thread()
+
+    def load(self: Any, device: Any, block_dim: int | None = None, *args: Any, **kwargs: Any) -> Any:
+        before = len(self.execs)
+        start = time.perf_counter()
+        result = original(self, device, block_dim, *args, **kwargs)
+        if len(self.execs) > before:
+            loads.append({"module": self.name, "launch": threading.current_thread() is main,
+                          "start_s": start, "seconds": time.perf_counter() - start})
+        return result
+
+    context.Module.load = load
+
+
+def summary(loads: list[dict[str, Any]], packages: tuple[str, ...]) -> dict[str, Any]:
+    """The loads by who made them: the build workers, a launch of a package module, a launch of a kernel the
+    physics created at its first call (not in any package's modules before the first launch)."""
+    def part(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"count": len(rows), "seconds": round(sum(r["seconds"] for r in rows), 3)}
+
+    in_package = [r for r in loads if r["module"].split(".", 1)[0] in packages]
+    return {
+        "by_build_workers": part([r for r in loads if not r["launch"]]),
+        "package_modules_at_launch": {**part([r for r in in_package if r["launch"]]),
+                                      "modules": sorted(r["module"] for r in in_package if r["launch"])},
+        "created_kernels_at_launch": part([r for r in loads if r["launch"] and r not in in_package]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--qpos-output", type=Path, default=None)
+    parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    args = parser.parse_args(argv)
+
+    loads: list[dict[str, Any]] = []
+    record_loads(loads)
+    from unisim.backend.mjwarp import kernel_build
+
+    start = time.perf_counter()
+    env = build_env(args.num_envs, args.seed, task="g1_walk_flat/mjwarp")
+    built = time.perf_counter()
+    env.init_state()
+    actions = action_sequence(args.num_envs, action_dim_of(env), args.steps, action_seed=7)
+    for action in actions:
+        env.step(action)
+    stepped = time.perf_counter()
+    backend = env._backend  # noqa: SLF001 - the backend's own record of its build
+    build = backend.kernel_build
+    if args.qpos_output is not None:
+        np.save(args.qpos_output, np.asarray(backend.get_state(("qpos",))["qpos"]))
+    parts = summary(loads, kernel_build.PACKAGES)
+    holds = build.workers > 0 and not build.failed and parts["package_modules_at_launch"]["count"] == 0
+    import importlib.metadata
+    import os
+
+    from warp._src.context import runtime
+
+    versions = {name: importlib.metadata.version(name) for name in ("mujoco", "mujoco-warp", "warp-lang")}
+    report = json.dumps({
+        "holds": holds, "num_envs": args.num_envs, "steps": args.steps,
+        "device": str(backend._device_data.qpos.device), "device_name": runtime.get_device().name,  # noqa: SLF001
+        "usable_cpus": len(os.sched_getaffinity(0)), "versions": versions,
+        "warp_build_workers_switch": os.environ.get(kernel_build.BUILD_WORKERS_ENV),
+        "env_build_s": round(built - start, 3), "steps_s": round(stepped - built, 3),
+        "kernel_build": {"workers": build.workers, "modules": build.modules, "seconds": round(build.seconds, 3),
+                         "failed": list(build.failed)},
+        "loads": parts,
+    })
+    print(report)
+    if args.output is not None:
+        args.output.write_text(report + "\n", encoding="utf-8")
+    return 0 if holds else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The mjwarp backend builds MuJoCo Warp's kernel modules before its first launch (unisim patch 0004).
+
+experiments/evidence/mjwarp_kernel_build.py builds the G1 Walk Flat env on MJWarp (Warp's CPU device, unisim
+0002's opt-in), resets and steps it while recording every Warp module load and who made it:
+1. with ``UNISIM_MJWARP_BUILD_WORKERS=2`` every module of mujoco_warp and unisim is loaded by the build
+   workers, none by a launch (the check holds);
+2. with ``0`` (Warp's lazy build, unisim-core 1.7.8's) the launches load the physics' modules: the check must
+   fail, the control;
+3. the same kernels run either way: the trajectory's final qpos is bitwise the same with and without the build;
+4. a malformed switch is one clear error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ONE_THREAD, PROJECT, SideBySide, runnable_tree
+
+CHECK = PROJECT / "experiments" / "evidence" / "mjwarp_kernel_build.py"
+STEPS = "30"
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, Path]) -> tuple[Path, Path]:
+    return runnable_tree(applied_session[0], tmp_path_factory.mktemp("kernel-build") / "unilab"), applied_session[1]
+
+
+def check(tree: tuple[Path, Path], workers: str, qpos: Path | None) -> tuple[int, dict, str, np.ndarray | None]:
+    root, overlay = tree
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable",
+               UNISIM_MJWARP_ALLOW_CPU="1", CUDA_VISIBLE_DEVICES="", UNISIM_MJWARP_BUILD_WORKERS=workers,
+               **ONE_THREAD)
+    args = ["--steps", STEPS, *(["--qpos-output", str(qpos)] if qpos else [])]
+    proc = subprocess.run([sys.executable, str(CHECK), *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+    lines = proc.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    return proc.returncode, result, proc.stderr, (np.load(qpos) if qpos and qpos.is_file() else None)
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide]:
+    out = tmp_path_factory.mktemp("kernel-build-qpos")
+    started = SideBySide(request).start(
+        {"test_a_malformed_switch_is_one_clear_error": functools.partial(check, tree, "two", None)},
+        shared={"built": functools.partial(check, tree, "2", out / "built.npy"),
+                "lazy": functools.partial(check, tree, "0", out / "lazy.npy")})
+    yield started
+    started.close()
+
+
+def test_every_package_module_is_built_before_the_first_launch(runs: SideBySide) -> None:
+    rc, result, err, _ = runs.shared("built")
+    assert rc == 0, (result, err[-3000:])
+    assert result["kernel_build"]["workers"] == 2 and result["kernel_build"]["failed"] == []
+    assert result["kernel_build"]["modules"] == result["loads"]["by_build_workers"]["count"] >= 20
+    assert result["loads"]["package_modules_at_launch"]["count"] == 0
+    # The kernels the physics creates for the model at their first call are still built by their launch.
+    assert result["loads"]["created_kernels_at_launch"]["count"] > 0
+
+
+def test_the_lazy_build_fails_the_check(runs: SideBySide) -> None:
+    rc, result, err, _ = runs.shared("lazy")
+    assert rc == 1 and result["holds"] is False, (result, err[-3000:])
+    assert result["kernel_build"]["workers"] == 0
+    launched = result["loads"]["package_modules_at_launch"]["modules"]
+    assert "mujoco_warp._src.smooth" in launched and "mujoco_warp._src.solver" in launched
+
+
+def test_the_build_changes_no_physics(runs: SideBySide) -> None:
+    built, lazy = runs.shared("built")[3], runs.shared("lazy")[3]
+    assert built is not None and lazy is not None
+    assert built.shape == lazy.shape and built.tobytes() == lazy.tobytes()
+    assert np.isfinite(built).all() and np.ptp(built, axis=0).max() > 0.0  # the rows moved apart
+
+
+def test_a_malformed_switch_is_one_clear_error(runs: SideBySide, request: pytest.FixtureRequest) -> None:
+    rc, result, err, _ = runs.result(request)
+    assert rc != 0 and result == {}
+    assert err.strip().splitlines()[-1] == (
+        "ValueError: UNISIM_MJWARP_BUILD_WORKERS must be a number of workers >= 0, got 'two'")
