@@ -2,10 +2,10 @@
 
 experiments/evidence/mjwarp_kernel_build.py builds the G1 Walk Flat env on MJWarp (Warp's CPU device, unisim
 0002's opt-in), resets and steps it while recording every Warp module load and who made it:
-1. with ``UNISIM_MJWARP_BUILD_WORKERS=2`` the physics' core modules and the backend's own are loaded by the
-   build workers, none of them first by a launch (the check holds);
-2. with ``0`` (Warp's lazy build, unisim-core 1.7.8's) the launches load the physics' modules: the check must
-   fail, the control;
+1. with ``UNISIM_MJWARP_BUILD_WORKERS=auto`` (one worker per usable CPU) the physics' core modules and the
+   backend's own are loaded by the build workers, none of them first by a launch (the check holds);
+2. unset (the default: Warp's build at launch, unisim-core 1.7.8's) the launches load the physics' modules:
+   the check must fail, the control;
 3. the same kernels run either way: the trajectory's final qpos is bitwise the same with and without the build;
 4. a malformed switch is one clear error.
 """
@@ -27,6 +27,7 @@ from conftest import ONE_THREAD, PROJECT, SideBySide, runnable_tree
 
 CHECK = PROJECT / "experiments" / "evidence" / "mjwarp_kernel_build.py"
 STEPS = "30"
+SWITCH = "UNISIM_MJWARP_BUILD_WORKERS"
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +35,13 @@ def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, 
     return runnable_tree(applied_session[0], tmp_path_factory.mktemp("kernel-build") / "unilab"), applied_session[1]
 
 
-def check(tree: tuple[Path, Path], workers: str, qpos: Path | None) -> tuple[int, dict, str, np.ndarray | None]:
+def check(tree: tuple[Path, Path], workers: str | None,
+          qpos: Path | None) -> tuple[int, dict, str, np.ndarray | None]:
     root, overlay = tree
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", SWITCH)}
     env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable",
-               UNISIM_MJWARP_ALLOW_CPU="1", CUDA_VISIBLE_DEVICES="", UNISIM_MJWARP_BUILD_WORKERS=workers,
-               **ONE_THREAD)
+               UNISIM_MJWARP_ALLOW_CPU="1", CUDA_VISIBLE_DEVICES="", **ONE_THREAD,
+               **({SWITCH: workers} if workers is not None else {}))
     args = ["--steps", STEPS, *(["--qpos-output", str(qpos)] if qpos else [])]
     proc = subprocess.run([sys.executable, str(CHECK), *args], cwd=root, env=env, capture_output=True,
                           text=True, timeout=900, check=False)
@@ -54,8 +56,8 @@ def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
     out = tmp_path_factory.mktemp("kernel-build-qpos")
     started = SideBySide(request).start(
         {"test_a_malformed_switch_is_one_clear_error": functools.partial(check, tree, "two", None)},
-        shared={"built": functools.partial(check, tree, "2", out / "built.npy"),
-                "lazy": functools.partial(check, tree, "0", out / "lazy.npy")})
+        shared={"built": functools.partial(check, tree, "auto", out / "built.npy"),
+                "lazy": functools.partial(check, tree, None, out / "lazy.npy")})
     yield started
     started.close()
 
@@ -63,7 +65,7 @@ def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
 def test_the_core_modules_are_built_before_the_first_launch(runs: SideBySide) -> None:
     rc, result, err, _ = runs.shared("built")
     assert rc == 0, (result, err[-3000:])
-    assert result["kernel_build"]["workers"] == 2 and result["kernel_build"]["failed"] == []
+    assert result["kernel_build"]["workers"] == len(os.sched_getaffinity(0)) and result["kernel_build"]["failed"] == []
     # The eight core modules of mujoco_warp and the backend's own reset kernels.
     assert result["kernel_build"]["modules"] == result["loads"]["by_build_workers"]["count"] == 9
     assert result["loads"]["built_ahead_modules_first_loaded_at_launch"]["count"] == 0
@@ -90,4 +92,4 @@ def test_a_malformed_switch_is_one_clear_error(runs: SideBySide, request: pytest
     rc, result, err, _ = runs.result(request)
     assert rc != 0 and result == {}
     assert err.strip().splitlines()[-1] == (
-        "ValueError: UNISIM_MJWARP_BUILD_WORKERS must be a number of workers >= 0, got 'two'")
+        "ValueError: UNISIM_MJWARP_BUILD_WORKERS must be auto or a number of workers >= 0, got 'two'")

@@ -451,8 +451,8 @@ def start_table(runs: Sequence[dict[str, Any]]) -> str:
 START_PHASE_COLUMNS = (
     ("env_physics_built", "MJWarp physics built"),
     ("device_env_built", "device env built"),
-    ("device_env_reset", "env's 1st reset (step captured)"),
     ("learner_constructed", "learner built"),
+    ("device_env_reset", "env's 1st reset (step captured)"),
 )
 
 

@@ -45,8 +45,8 @@
 #           swap's record, wall per iteration) in $work/start/.
 #   kernel-build  where MuJoCo Warp's kernel modules are built as a G1 Walk Flat env starts, with an empty Warp
 #           kernel cache each time: experiments/evidence/mjwarp_kernel_build.py for KB_ROUNDS (2) rounds,
-#           alternating over KB_WORKERS (0 auto: Warp's lazy build, then the backend's default of one build worker
-#           per usable CPU), KB_NUM_ENVS (256) worlds, one after another on GPU 0. JSONs in $work/kernel-build/.
+#           alternating over KB_WORKERS (0 auto: Warp's build at launch, the default, then one build worker per
+#           usable CPU), KB_NUM_ENVS (256) worlds, one after another on GPU 0. JSONs in $work/kernel-build/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -243,8 +243,7 @@ for mode in "$@"; do
           read -r round workers <<<"$run"
           caches=$(mktemp -d)
           ( cd "'"$tree"'" && WARP_CACHE_PATH=$caches/warp PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'" \
-            $([ "$workers" = auto ] && echo "env -u UNISIM_MJWARP_BUILD_WORKERS" || echo "env UNISIM_MJWARP_BUILD_WORKERS=$workers") \
-            python3 "'"$PWD"'/experiments/evidence/mjwarp_kernel_build.py" --num-envs "'"${KB_NUM_ENVS:-256}"'" \
+            UNISIM_MJWARP_BUILD_WORKERS=$workers python3 "'"$PWD"'/experiments/evidence/mjwarp_kernel_build.py" --num-envs "'"${KB_NUM_ENVS:-256}"'" \
             --output "'"$work"'/kernel-build/workers-$workers-round$round.json" ); echo "$run: exit $?"
           rm -rf "$caches"
         done' kernel-build "${runs[@]}"

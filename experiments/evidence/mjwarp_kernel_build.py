@@ -10,7 +10,8 @@ how long. Run from a UniLab tree root with the overlay first on ``PYTHONPATH``; 
 
 The check holds when the backend built before its first launch (``kernel_build.workers`` > 0, no failure) and
 no module of ``kernel_build.modules_to_build`` was first loaded by a launch: such a module is one the build
-did not cover. With ``UNISIM_MJWARP_BUILD_WORKERS=0`` (Warp's build at launch) it must fail: the control.
+did not cover. Without ``UNISIM_MJWARP_BUILD_WORKERS`` (or with ``0``: Warp's build at launch, the default) it
+must fail: the control.
 
 Prints one JSON line (``--output``: also to a file): the device, the versions, the env's build seconds, the steps' seconds, the backend's ``kernel_build``, and the
 loads split by who made them (count and seconds); ``--qpos-output`` saves the final qpos for a bitwise
@@ -72,6 +73,25 @@ def summary(loads: list[dict[str, Any]], built_ahead: set[str]) -> dict[str, Any
     }
 
 
+def table(folder: Path) -> str:
+    """The folder's runs (``*.json`` of this script) as a Markdown table, in file order. Runs of the build's first
+    form (every module of mujoco_warp and unisim built ahead) counted every package module's load at a launch
+    and the created kernels apart: their columns read those counts."""
+    lines = ["| run | device · CPUs | worlds | built ahead (workers · modules · s wall) | env build (s) | "
+             "built-ahead modules first loaded at a launch (count · s) | other loads at a launch (count · s) | "
+             "check |", "|---|---|---|---|---|---|---|---|"]
+    for path in sorted(folder.glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        build, loads = run["kernel_build"], run["loads"]
+        missed = loads.get("built_ahead_modules_first_loaded_at_launch") or loads["package_modules_at_launch"]
+        others = loads.get("other_loads_at_launch") or loads["created_kernels_at_launch"]
+        ahead = f"{build['workers']} · {build['modules']} · {build['seconds']:.1f}" if build["workers"] else "none"
+        lines.append(f"| {path.name} | {run['device_name']} · {run['usable_cpus']} | {run['num_envs']} | {ahead} | "
+                     f"{run['env_build_s']:.1f} | {missed['count']} · {missed['seconds']:.1f} | "
+                     f"{others['count']} · {others['seconds']:.1f} | {'holds' if run['holds'] else 'fails'} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-envs", type=int, default=16)
@@ -106,10 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     from warp._src.context import runtime
 
     versions = {name: importlib.metadata.version(name) for name in ("mujoco", "mujoco-warp", "warp-lang")}
+    manifest = Path(kernel_build.__file__).resolve().parents[3] / "MANIFEST.json"  # the overlay's, by make apply
+    series = json.loads(manifest.read_text(encoding="utf-8")).get("series_sha256") if manifest.is_file() else None
     report = json.dumps({
         "holds": holds, "num_envs": args.num_envs, "steps": args.steps,
         "device": str(backend._device_data.qpos.device), "device_name": runtime.get_device().name,  # noqa: SLF001
-        "usable_cpus": len(os.sched_getaffinity(0)), "versions": versions,
+        "usable_cpus": len(os.sched_getaffinity(0)), "versions": versions, "series_sha256": series,
         "warp_build_workers_switch": os.environ.get(kernel_build.BUILD_WORKERS_ENV),
         "env_build_s": round(built - start, 3), "steps_s": round(stepped - built, 3),
         "kernel_build": {"workers": build.workers, "modules": build.modules, "seconds": round(build.seconds, 3),
