@@ -94,6 +94,8 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "device-env-warp-stream": (True, True),  # the default learner; the device env on Warp's stream
         "logging-off": (True, True),  # the default learner; no TensorBoard scalars
         "read-back-each-iteration": (True, True),  # the default learner; the host waits at each iteration's end
+        "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch
+        "warp-build-ahead": (True, True),  # the default learner; MuJoCo Warp's core kernels built ahead
         bench_configs.NEGATIVE_CONTROL: (True, True),  # the default learner with learning rates ÷10
     }
 
