@@ -23,34 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in ("profile", "bench/hook")]
 from collector_profile import action_dim_of, action_sequence, build_env  # noqa: E402
-
-
-def record_loads(loads: list[dict[str, Any]]) -> None:
-    """Wrap Warp's ``Module.load``: each call that loaded a new variant appends one record to ``loads``."""
-    from warp._src import context
-
-    original = context.Module.load
-    main = threading.main_thread()
-
-    def load(self: Any, device: Any, block_dim: int | None = None, *args: Any, **kwargs: Any) -> Any:
-        before = len(self.execs)
-        start = time.perf_counter()
-        result = original(self, device, block_dim, *args, **kwargs)
-        if len(self.execs) > before:
-            loads.append({"module": self.name, "launch": threading.current_thread() is main,
-                          "start_s": start, "seconds": time.perf_counter() - start})
-        return result
-
-    context.Module.load = load
+from startup_phases import install as time_loads  # noqa: E402 - the bench hook's Warp load timer
 
 
 def summary(loads: list[dict[str, Any]], built_ahead: set[str]) -> dict[str, Any]:
@@ -59,7 +40,7 @@ def summary(loads: list[dict[str, Any]], built_ahead: set[str]) -> dict[str, Any
     their launch, another block size of a built module, and the kernels MuJoCo Warp creates at their first
     call)."""
     def part(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"count": len(rows), "seconds": round(sum(r["seconds"] for r in rows), 3)}
+        return {"count": len(rows), "seconds": round(sum(r["end_s"] - r["start_s"] for r in rows), 3)}
 
     first: dict[str, dict[str, Any]] = {}
     for row in loads:
@@ -102,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     loads: list[dict[str, Any]] = []
-    record_loads(loads)
+    time_loads(loads.append, time.perf_counter, phases=())  # every Warp module load, none of the phases
     from unisim.backend.mjwarp import kernel_build
 
     start = time.perf_counter()
