@@ -5,15 +5,17 @@ experiments/evidence/mjwarp_kernel_build.py builds the G1 Walk Flat env on MJWar
 1. with ``UNISIM_MJWARP_BUILD_WORKERS=auto`` (one worker per usable CPU on CUDA, one on Warp's CPU device) the
    physics' core modules and the backend's own are loaded by the build worker, none of them first by a launch
    (the check holds);
-2. unset (the default: Warp's build at launch, unisim-core 1.7.8's) the launches load the physics' modules:
-   the check must fail, the control;
+2. unset (on Warp's CPU device the default is Warp's build at launch, unisim-core 1.7.8's) the launches load
+   the physics' modules: the check must fail, the control;
 3. the same kernels run either way: the trajectory's final qpos is bitwise the same with and without the build;
-4. a malformed switch is one clear error.
+4. a malformed switch is one clear error;
+5. the switch's defaults: unset builds ahead on one worker per usable CPU on CUDA, at launch on the CPU device.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -95,3 +97,19 @@ def test_a_malformed_switch_is_one_clear_error(runs: SideBySide, request: pytest
     assert rc != 0 and result == {}
     assert err.strip().splitlines()[-1] == (
         "ValueError: UNISIM_MJWARP_BUILD_WORKERS must be auto or a number of workers >= 0, got 'two'")
+
+
+def test_unset_builds_ahead_on_cuda_and_at_launch_on_the_cpu_device(applied_session: tuple[Path, Path]) -> None:
+    path = applied_session[1] / "unisim" / "backend" / "mjwarp" / "kernel_build.py"
+    spec = importlib.util.spec_from_file_location("kernel_build_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass resolves its annotations through sys.modules
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    cpus = len(os.sched_getaffinity(0))
+    assert module.build_workers(True, {}) == cpus and module.build_workers(False, {}) == 0
+    assert module.build_workers(True, {SWITCH: "0"}) == 0 and module.build_workers(False, {SWITCH: "auto"}) == cpus
+    assert module.build_workers(True, {SWITCH: " 3 "}) == 3

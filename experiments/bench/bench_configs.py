@@ -166,13 +166,13 @@ CONFIGS: dict[str, BenchConfig] = {
                           "an iteration behind gains"),
         BenchConfig("warp-lazy-build", "patched defaults + MuJoCo Warp's kernels built at their launch", "overlay",
                     (), environment=(("UNISIM_MJWARP_BUILD_WORKERS", "0"),), sims=("mjwarp",),
-                    notes="Warp builds each module at its first launch, one after the other (the default, "
-                          "unisim-core 1.7.8's): the arm beside warp-build-ahead, both with an empty Warp "
-                          "kernel cache"),
+                    notes="Warp builds each module at its first launch, one after the other (unisim-core "
+                          "1.7.8's): the arm beside warp-build-ahead, both with an empty Warp kernel cache"),
         BenchConfig("warp-build-ahead", "patched defaults + MuJoCo Warp's core kernels built ahead", "overlay",
                     (), environment=(("UNISIM_MJWARP_BUILD_WORKERS", "auto"),), sims=("mjwarp",),
                     notes="the physics' core modules built on one worker per usable CPU before the first launch "
-                          "(unisim 0004, opt-in): compare launch to first iteration with warp-lazy-build"),
+                          "(unisim 0004, the default on CUDA): compare launch to first iteration with "
+                          "warp-lazy-build"),
         BenchConfig("logging-off", "patched defaults, no TensorBoard (training.logger=no_print)", "overlay", (),
                     training=(("logger", "no_print"),),
                     notes="the loop without its TensorBoard scalars: compare with patched-default for what the "

@@ -10,7 +10,7 @@ how long. Run from a UniLab tree root with the overlay first on ``PYTHONPATH``; 
 
 The check holds when the backend built before its first launch (``kernel_build.workers`` > 0, no failure) and
 no module of ``kernel_build.modules_to_build`` was first loaded by a launch: such a module is one the build
-did not cover. Without ``UNISIM_MJWARP_BUILD_WORKERS`` (or with ``0``: Warp's build at launch, the default) it
+did not cover. With ``UNISIM_MJWARP_BUILD_WORKERS=0`` (Warp's build at launch; on Warp's CPU device also when unset) it
 must fail: the control.
 
 Prints one JSON line (``--output``: also to a file): the device, the versions, the env's build seconds, the steps' seconds, the backend's ``kernel_build``, and the
