@@ -168,10 +168,11 @@ CONFIGS: dict[str, BenchConfig] = {
                     (), environment=(("UNISIM_MJWARP_BUILD_WORKERS", "0"),), sims=("mjwarp",),
                     notes="Warp builds each module at its first launch, one after the other (unisim-core "
                           "1.7.8's): the arm beside warp-build-ahead, both with an empty Warp kernel cache"),
-        BenchConfig("warp-build-ahead", "patched defaults + MuJoCo Warp's core kernels built ahead", "overlay",
+        BenchConfig("warp-build-ahead", "patched defaults + MuJoCo Warp's kernels built ahead", "overlay",
                     (), environment=(("UNISIM_MJWARP_BUILD_WORKERS", "auto"),), sims=("mjwarp",),
-                    notes="the physics' core modules built on one worker per usable CPU before the first launch "
-                          "(unisim 0004, the default on CUDA): compare launch to first iteration with "
+                    notes="the physics' modules (the core ones and the kernels created for the model, found by a "
+                          "recorded forward, step and reset) built on one worker per usable CPU before the first "
+                          "launch (unisim 0004, the default on CUDA): compare launch to first iteration with "
                           "warp-lazy-build"),
         BenchConfig("logging-off", "patched defaults, no TensorBoard (training.logger=no_print)", "overlay", (),
                     training=(("logger", "no_print"),),
