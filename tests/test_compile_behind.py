@@ -195,6 +195,65 @@ def test_the_helper_batches_have_the_runners_layout(patched_uni_rl_root: Path) -
     assert result == {"storages": 2, "same": True, "shared": True, "zero": True, "control": False}, result
 
 
+# Every write to a numerics switch is recorded: the cache keys hold torch's newer fp32_precision (torch 2.9 on),
+# which a write of a value the process already has turns from "none" into "ieee".
+RECORD_SETS = """
+import torch
+import uni_rl.offpolicy.compile_behind as cb
+sets = []
+
+class Recording:
+    def __init__(self, label, owner):
+        object.__setattr__(self, "label", label)
+        object.__setattr__(self, "owner", owner)
+    def __getattr__(self, name):
+        return getattr(self.owner, name)
+    def __setattr__(self, name, value):
+        sets.append(f"{self.label}.{name}")
+        setattr(self.owner, name, value)
+
+labels = {id(torch.backends.cuda.matmul): "matmul", id(torch.backends.cudnn): "cudnn", id(torch.backends): "backends"}
+cb._NUMERICS_SWITCHES = tuple((name, Recording(labels[id(owner)], owner), attribute)
+                              for name, owner, attribute in cb._NUMERICS_SWITCHES)
+matmul, cudnn = Recording("matmul", torch.backends.cuda.matmul), Recording("cudnn", torch.backends.cudnn)
+precision = torch.set_float32_matmul_precision
+def set_precision(value):
+    sets.append("float32_matmul_precision")
+    precision(value)
+torch.set_float32_matmul_precision = set_precision
+"""
+
+
+def test_the_helper_takes_the_runners_numerics_setting_only_what_differs(patched_uni_rl_root: Path) -> None:
+    """The helper compiles under the runner's cache keys: its numerics switches end equal to the runner's, and
+    a switch already equal is never written (on an H200 with torch 2.11, writing the equal TF32 switches made
+    every key differ and the swap compiled again). Control: the former helper, which wrote every switch."""
+    tf32_runner = run_snippet(patched_uni_rl_root, """
+        import torch
+        import uni_rl.offpolicy.compile_behind as cb
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = False
+        print(json.dumps(cb._numerics()))
+        """)
+    result = run_snippet(patched_uni_rl_root, RECORD_SETS + textwrap.dedent(f"""
+        defaults = cb._numerics()
+        cb._set_numerics(defaults)
+        equal_sets, sets[:] = list(sets), []
+        # Control: the former helper wrote every switch, equal or not.
+        torch.set_float32_matmul_precision(defaults["float32_matmul_precision"])
+        matmul.allow_tf32 = defaults["cuda_matmul_allow_tf32"]
+        cudnn.allow_tf32 = defaults["cudnn_allow_tf32"]
+        control_sets, sets[:] = list(sets), []
+        cb._set_numerics({tf32_runner!r})
+        print(json.dumps({{"equal_sets": equal_sets, "control_sets": control_sets, "tf32_sets": sets,
+                          "after": cb._numerics(), "defaults": defaults}}))
+        """))
+    assert result["equal_sets"] == [], result  # nothing written where the runner's value is the helper's own
+    assert result["after"] == tf32_runner != result["defaults"], result  # the runner's TF32 switches taken
+    assert "float32_matmul_precision" in result["tf32_sets"] and "cudnn.allow_tf32" in result["tf32_sets"], result
+    assert len(result["control_sets"]) == 3, result  # the check sees a helper that writes equal values
+
+
 TRAIN = "src/unilab/scripts/train_flashsac.py"
 # 16 envs, batch 32, 2/2: an iteration takes tens of milliseconds on the CPU, the helper several seconds.
 CLI = ("task=g1_walk_flat/mujoco", "algo.num_envs=16", "algo.batch_size=32", "algo.replay_buffer_n=8",
@@ -220,6 +279,8 @@ def _train(tree: tuple[Path, Path], log_dir: Path, *extra: str) -> subprocess.Co
                           cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False)
 
 
+@pytest.mark.extended  # three UniLab trainings side by side (about a minute on two cores); the swap's exactness is
+# also the default suite's, on the learner itself (test_a_swap_at_an_iteration_boundary_carries_the_learner_exactly)
 def test_unilab_trains_with_compile_behind_and_ends_where_the_warmed_run_ends(tree: tuple[Path, Path],
                                                                                 tmp_path: Path) -> None:
     behind, warmed, host = side_by_side(
