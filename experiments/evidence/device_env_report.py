@@ -45,6 +45,26 @@ def env_step_table(records: list[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(rows)
 
 
+def kernel_split_table(folder: Path) -> str:
+    """Where a device env step's GPU time goes (``device_env_bench.py --profile``), one row per env count: the
+    step as one CUDA graph, the MuJoCo Warp substeps alone as one graph (the physics floor), and the kernels of
+    eager steps split into MuJoCo Warp's and torch's (count and GPU time per step), with the largest kernel."""
+    rows = ["| record | envs | device env step, one graph (ms) | MJWarp substeps alone, one graph (ms) | "
+            "Warp kernels per step | Warp GPU ms per step | torch kernels per step | torch GPU ms per step | "
+            "largest kernel (launches per step, GPU µs per step) |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, data in _load(sorted(folder.glob("*.json"))):
+        for run in data["runs"]:
+            profile = run["profile"]
+            split, top = profile["eager_step_split"], profile["top_kernels"][0]
+            rows.append(
+                f"| {name} | {run['num_envs']} | {run['summary']['device_env_ms']['median']:.2f} | "
+                f"{profile['physics_graph_ms']:.2f} | {split['warp']['kernels_per_step']:.0f} | "
+                f"{split['warp']['gpu_ms_per_step']:.2f} | {split['torch']['kernels_per_step']:.0f} | "
+                f"{split['torch']['gpu_ms_per_step']:.2f} | `{top['name'].split('__locals__')[0]}` "
+                f"({top['per_step']:.1f}, {top['gpu_us_per_step']:.0f}) |")
+    return "\n".join(rows)
+
+
 def determinism_lines(records: list[tuple[str, dict[str, Any]]]) -> str:
     lines = []
     for name, data in records:

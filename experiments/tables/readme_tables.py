@@ -7,7 +7,7 @@ and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput
 ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
 seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, ``preemption``
 (preemption_report) from the stop / resume / kill matrix's case JSONs, ``kernel-build`` (mjwarp_kernel_build)
-from the env start's Warp build JSONs, and FOLDER a
+from the env start's Warp build JSONs, ``env-kernels`` (device_env_report) from ``device_env_bench.py --profile`` JSONs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
 headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
 every such document from its folders; ``--check`` exits 1, naming the first stale block, when a document and
@@ -27,6 +27,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / folder) for folder in 
 
 import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
+import device_env_report  # noqa: E402
 import headline_table  # noqa: E402
 import mjwarp_kernel_build  # noqa: E402
 import mjwarp_report  # noqa: E402
@@ -53,6 +54,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "ttr": time_to_reward.table,
     "preemption": preemption_report.table,
     "kernel-build": mjwarp_kernel_build.table,
+    "env-kernels": device_env_report.kernel_split_table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
 POOLED_FOLDER_TABLES = frozenset({"sim-training"})
