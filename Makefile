@@ -82,12 +82,15 @@ port-report: setup
 
 # The default suite leaves out the tests marked extended (real Inductor compiles on the CPU, minutes on two
 # cores: docs/tests.md); test-extended runs every test. Both list their 20 slowest steps: the suite has a
-# 15-minute budget on the 2-core CI machine, and the list says where its time goes.
+# 15-minute budget on the 2-core CI machine, and the list says where its time goes. TEST_WORKERS pytest
+# processes (pytest-xdist) take whole test files each: most tests wait on one child process at a time, so one
+# process alone kept about one core busy.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q --durations=20 tests -m "not extended" $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile tests -m "not extended" $(PYTEST_ARGS)
 
 test-extended: setup
-	$(PY) -m pytest -q --durations=20 tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile tests $(PYTEST_ARGS)
 
 clean:
 	rm -rf .cache work overlay/uni_rl overlay/unisim overlay/MANIFEST.json

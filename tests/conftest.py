@@ -31,7 +31,8 @@ G1_ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.x
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "extended: left out of `make test` (real Inductor compiles on the CPU); `make test-extended` runs it")
+        "markers", "extended: left out of `make test` (real Inductor compiles on the CPU, the longest end-to-end runs "
+        "whose guarantee a default test also checks; docs/tests.md); `make test-extended` runs it")
 
 
 def runnable_tree(source: Path, dest: Path) -> Path:

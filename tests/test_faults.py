@@ -232,6 +232,8 @@ def test_kill_at_every_kind_of_mutation_of_apply(tmp_path: Path, reference: Refe
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.extended  # about a minute on two cores; apply's enumeration, the revert's SIGINT rollback and the
+# hostile-user reverts stay in the default suite
 def test_kill_at_every_kind_of_mutation_of_revert(tmp_path: Path, reference: Reference) -> None:
     start = time.monotonic()
     points = reference.points(reference.revert_trace)

@@ -76,6 +76,8 @@ def trajectory(tree: Path, overlay: Path, output: Path, **extra: str) -> dict[st
         return {k: data[k] for k in data.files}
 
 
+@pytest.mark.extended  # a G1 trajectory twice on Warp's CPU device (half a minute on two cores); the scratch
+# forward's bitwise check stays in the default suite
 def test_row_route_trajectory_is_bitwise_the_whole_array_route(
     tree: Path, applied_session: tuple[Path, Path], tmp_path: Path
 ) -> None:
