@@ -80,9 +80,10 @@ wheelhouse: setup
 port-report: setup
 	$(PATCHSET) port-report --target "$(TARGET)" $(if $(OUTPUT),--output "$(OUTPUT)")
 
-# The default suite leaves out the tests marked extended (real Inductor compiles on the CPU, minutes on two
-# cores: docs/tests.md); test-extended runs every test. Both list their 20 slowest steps: the suite has a
-# 15-minute budget on the 2-core CI machine, and the list says where its time goes. TEST_WORKERS pytest
+# The default suite leaves out the tests marked extended (real Inductor compiles on the CPU and the longest
+# end-to-end runs whose guarantee a default test also checks: docs/tests.md); test-extended runs every test.
+# Both list their 20 slowest steps: the suite has a 15-minute budget on the 2-core CI machine, and the list
+# says where its time goes. TEST_WORKERS pytest
 # processes (pytest-xdist) take whole test files each: most tests wait on one child process at a time, so one
 # process alone kept about one core busy.
 TEST_WORKERS ?= 2

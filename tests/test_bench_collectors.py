@@ -205,6 +205,11 @@ def test_the_trainer_records_name_the_collector_and_a_mismatch_fails_the_run() -
     assert wrong["collector"] == "host" and "asked for the device-resident collector" in str(wrong["error"])
 
 
+#: The tests of the real CPU bench run of the device collector (MuJoCo Warp on Warp's CPU device, over a minute
+#: on two cores): extended; the device collector's command line is the default suite's in test_device_collector.py.
+REAL_BENCH_RUN = pytest.mark.extended
+
+
 @pytest.fixture(scope="module")
 def device_run(tree: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One real bench run of the device collector: the single-run script, UniLab's command line, Warp's CPU."""
@@ -221,8 +226,7 @@ def device_run(tree: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
     return run
 
 
-@pytest.mark.extended  # the real CPU bench run of the device collector (MuJoCo Warp on Warp's CPU device, over a
-# minute on two cores); the device collector's command line is the default suite's in test_device_collector.py
+@REAL_BENCH_RUN
 def test_a_real_device_bench_run_records_collector_host_syncs_and_phases(device_run: dict) -> None:
     run, rows_all = device_run, device_run["rows_all"]
     assert run["status"] == "completed" and run["backend"] == "mjwarp" and run["device"]["cuda"] is False
@@ -257,8 +261,7 @@ def _rows(table: str, needle: str) -> list[str]:
     return [line for line in table.splitlines()[2:] if needle in line]
 
 
-@pytest.mark.extended  # the real CPU bench run of the device collector (MuJoCo Warp on Warp's CPU device, over a
-# minute on two cores); the device collector's command line is the default suite's in test_device_collector.py
+@REAL_BENCH_RUN
 def test_the_report_keeps_collectors_apart(device_run: dict) -> None:
     """A committed host-collector MJWarp run and the real device run in one column (test input: the device run,
     made at 16 envs, is put in the report's 2/1/1 column; its figures are its own)."""
@@ -293,8 +296,7 @@ def test_the_report_keeps_collectors_apart(device_run: dict) -> None:
     assert len(_rows(bench_report.collector_table(runs), "MuJoCo Warp (GPU)")) == 1
 
 
-@pytest.mark.extended  # the real CPU bench run of the device collector (MuJoCo Warp on Warp's CPU device, over a
-# minute on two cores); the device collector's command line is the default suite's in test_device_collector.py
+@REAL_BENCH_RUN
 def test_a_real_bench_run_records_its_start_up_timeline_and_the_caches_it_found(device_run: dict) -> None:
     """The device run's start-up record (the host replay pipeline's phases are the GPU runs'; none here)."""
     startup = device_run["startup"]
