@@ -6,6 +6,9 @@
 #            [OFFLINE_SITE=work/offline-site] runs on python3 with the verified wheelhouse instead of the venv.
 #            WHEEL_LIST=<file>: another list than scripts/offline/gpu-host-wheels.txt (e.g. without the 163 MB
 #            warp-lang wheel for CPU-MuJoCo hosts); give the same WHEEL_LIST with OFFLINE= on the host.
+#            With warp-lang listed, the wheelhouse also carries MuJoCo Warp's CUDA kernels for G1, built from the
+#            applied tree (`make apply wheelhouse`) for WARP_ARCHS (default 90: H100/H200; e.g. "80 86 89 90") and
+#            WARP_WORLDS (default 256 4096); `make setup OFFLINE=` puts them into the host's Warp kernel cache.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -74,7 +77,8 @@ manifest: setup
 # On a networked machine: everything an offline GPU host needs (docs/offline-host.md).
 wheelhouse: setup
 	$(OFFLINE_TOOL) build "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" $(if $(ASSETS),--assets "$(ASSETS)") \
-	  $(if $(WHEEL_LIST),--wheel-list "$(WHEEL_LIST)")
+	  $(if $(WHEEL_LIST),--wheel-list "$(WHEEL_LIST)") $(if $(UNILAB),--unilab-tree "$(UNILAB)") \
+	  $(if $(WARP_ARCHS),--warp-archs $(WARP_ARCHS)) $(if $(WARP_WORLDS),--warp-worlds $(WARP_WORLDS))
 
 # The series tried on an upstream release from PyPI: TARGET=unilab-rl==<version> or TARGET=unilab==<version>.
 port-report: setup

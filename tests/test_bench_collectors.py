@@ -122,10 +122,9 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
 
 
 def test_the_device_env_stream_switch_reaches_the_factory_and_refuses_a_bad_value(tree: tuple[Path, Path]) -> None:
-    """``training.device_env_stream``: the tree's default (``priority``) passes the factory nothing (its env takes a
-    stream of its own at the highest priority), ``own`` (the bench's device-env-default-priority) and ``warp``
-    (device-env-warp-stream) are passed on, anything else is a one-line error (control: a typo is not taken for
-    the default)."""
+    """``training.device_env_stream``: the tree's default passes the factory nothing (its env takes a stream of
+    its own), ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, anything else is a
+    one-line error (control: a typo is not taken for the default)."""
     root, overlay = tree
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
 
@@ -135,17 +134,12 @@ def test_the_device_env_stream_switch_reaches_the_factory_and_refuses_a_bad_valu
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout.strip().splitlines()[-1]
 
-    def stream_override(config: str) -> list[str]:
-        return [o for o in bench_configs.CONFIGS[config].overrides if "device_env_stream" in o]
-
-    assert kwargs() == "[]" and kwargs("training.device_env_stream=priority") == "[]"
-    assert kwargs(*stream_override("device-env-warp-stream")) == "[('stream', 'warp')]"
-    assert kwargs(*stream_override("device-env-default-priority")) == "[('stream', 'own')]"
+    warp = [o for o in bench_configs.CONFIGS["device-env-warp-stream"].overrides if "device_env_stream" in o]
+    assert kwargs() == "[]" and kwargs(*warp) == "[('own_stream', False)]"
     assert kwargs("training.device_env_stream=wrap") == (
-        "refused: training.device_env_stream='wrap': expected 'priority', 'own' or 'warp'")
-    for config in ("device-env-warp-stream", "device-env-default-priority"):
-        assert f"{config} runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
-            config, "mjwarp", "host")
+        "refused: training.device_env_stream='wrap': expected 'own' or 'warp'")
+    assert "device-env-warp-stream runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
+        "device-env-warp-stream", "mjwarp", "host")
 
 
 def _one_line_refusal(proc: subprocess.CompletedProcess, prog: str) -> str:

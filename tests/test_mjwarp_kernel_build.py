@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -102,8 +103,9 @@ def test_a_malformed_switch_is_one_clear_error(runs: SideBySide, request: pytest
         "ValueError: UNISIM_MJWARP_BUILD_WORKERS must be auto or a number of workers >= 0, got 'two'")
 
 
-def test_unset_builds_ahead_on_cuda_and_at_launch_on_the_cpu_device_with_one_worker(applied_session: tuple[Path, Path]) -> None:
-    path = applied_session[1] / "unisim" / "backend" / "mjwarp" / "kernel_build.py"
+def _kernel_build_module(overlay: Path) -> Any:
+    """The overlay's unisim kernel_build, imported alone (it imports no Warp at module level)."""
+    path = overlay / "unisim" / "backend" / "mjwarp" / "kernel_build.py"
     spec = importlib.util.spec_from_file_location("kernel_build_under_test", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -112,6 +114,23 @@ def test_unset_builds_ahead_on_cuda_and_at_launch_on_the_cpu_device_with_one_wor
         spec.loader.exec_module(module)
     finally:
         del sys.modules[spec.name]
+    return module
+
+
+def test_cuda_modules_build_as_cubin_unless_asked_otherwise(applied_session: tuple[Path, Path]) -> None:
+    """unisim 0005: cubin by default, ptx or Warp's own choice (auto) on request; a typo is one clear error, not
+    taken for the default (the control). The physics of the two forms on an H200 is in
+    results/2026-12-04-h200-warp-kernel-cache (no GPU here)."""
+    module = _kernel_build_module(applied_session[1])
+    switch = module.CUDA_OUTPUT_ENV
+    assert module.cuda_output({}) == module.cuda_output({switch: " "}) == "cubin"
+    assert module.cuda_output({switch: "ptx"}) == "ptx" and module.cuda_output({switch: "auto"}) is None
+    with pytest.raises(ValueError, match=r"^UNISIM_MJWARP_CUDA_OUTPUT must be cubin, ptx or auto, got 'cubn'$"):
+        module.cuda_output({switch: "cubn"})
+
+
+def test_unset_builds_ahead_on_cuda_and_at_launch_on_the_cpu_device_with_one_worker(applied_session: tuple[Path, Path]) -> None:
+    module = _kernel_build_module(applied_session[1])
     cpus = len(os.sched_getaffinity(0))
     assert module.build_workers(True, {}) == cpus and module.build_workers(False, {}) == 0
     assert module.build_workers(True, {SWITCH: "0"}) == 0 and module.build_workers(True, {SWITCH: " 3 "}) == 3

@@ -74,8 +74,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 chosen[name] = (params[SWITCH], params[inference])
                 assert composed.training.learner_reserved_cpus == (1 if name == "collector-pinned" else 0)
                 assert composed.training.compile_behind is (name == "compile-behind")
-                assert composed.training.device_env_stream == {"device-env-warp-stream": "warp",
-                                                               "device-env-default-priority": "own"}.get(name, "priority")
+                assert composed.training.device_env_stream == ("warp" if name == "device-env-warp-stream" else "own")
                 assert composed.training.logger == ("no_print" if name == "logging-off" else "tensorboard")
                 assert composed.training.collector_host_ahead is (name != "read-back-each-iteration")
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
@@ -93,7 +92,6 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "collector-pinned": (True, True),  # the default learner; only the CPU placement differs
         "compile-behind": (True, True),  # the default learner; compiled behind, from a later iteration
         "device-env-warp-stream": (True, True),  # the default learner; the device env on Warp's stream
-        "device-env-default-priority": (True, True),  # the default learner; the env's stream at the default priority
         "logging-off": (True, True),  # the default learner; no TensorBoard scalars
         "read-back-each-iteration": (True, True),  # the default learner; the host waits at each iteration's end
         "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch

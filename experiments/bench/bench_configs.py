@@ -46,8 +46,7 @@ LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
 COLLECTOR_KEY = "training.collector"
 #: The patched config's start on the eager path while a helper process compiles (unilab patch 0009).
 COMPILE_BEHIND_KEY = "training.compile_behind"
-#: The patched config's stream of the device env (unilab patches 0010, 0013): ``priority`` (non-blocking, the
-#: device's highest stream priority), ``own`` (non-blocking, default priority) or ``warp``.
+#: The patched config's stream of the device env (unilab patch 0010): ``own`` (non-blocking) or ``warp``.
 DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
 #: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
@@ -159,11 +158,6 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="the env step on MuJoCo Warp's own blocking stream, which synchronizes implicitly with "
                           "the learner's default stream (the stream before unilab 0010): compare with "
                           "patched-default for what the non-blocking stream gains"),
-        BenchConfig("device-env-default-priority", "patched defaults + the device env's stream at the default "
-                    "priority", "overlay", (), requires_key=DEVICE_ENV_STREAM_KEY,
-                    training=(("device_env_stream", "own"),), collectors=("device",),
-                    notes="the env's own non-blocking stream at the priority of the learner's (unilab 0010's): "
-                          "compare with patched-default for what the highest stream priority gains"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),

@@ -74,6 +74,28 @@ def table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def physics_table(folder: Path) -> str:
+    """PTX against cubin (unisim 0005) beside the physics' own spread: the folder's ``--qpos-output`` files, named
+    ``<form>-<run>-<steps>-qpos.npy`` (form ``ptx`` or ``cubin``, run ``a`` or ``b``), each the final qpos of a
+    fresh process stepping the same seeded actions. Per step count: two runs of the same cubin against each other,
+    and a PTX run against a cubin run."""
+    runs: dict[int, dict[str, np.ndarray]] = {}
+    for path in sorted(folder.glob("*-qpos.npy")):
+        form, run, steps = path.name[: -len("-qpos.npy")].split("-")
+        runs.setdefault(int(steps), {})[f"{form}-{run}"] = np.load(path)
+
+    def spread(a: np.ndarray, b: np.ndarray) -> str:
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        return f"{'yes' if np.array_equal(a, b) else 'no'} · {diff.max():.3g} · {int((diff.max(axis=1) > 0).sum())}"
+
+    lines = ["| steps | worlds | cubin vs cubin: bitwise · max abs qpos difference · worlds differing | "
+             "PTX vs cubin: bitwise · max abs qpos difference · worlds differing |", "|---|---|---|---|"]
+    for steps, found in sorted(runs.items()):
+        lines.append(f"| {steps} | {found['cubin-a'].shape[0]} | {spread(found['cubin-a'], found['cubin-b'])} | "
+                     f"{spread(found['ptx-a'], found['cubin-a'])} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-envs", type=int, default=16)

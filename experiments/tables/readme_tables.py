@@ -54,6 +54,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "ttr": time_to_reward.table,
     "preemption": preemption_report.table,
     "kernel-build": mjwarp_kernel_build.table,
+    "warp-output-physics": mjwarp_kernel_build.physics_table,
     "env-kernels": device_env_report.kernel_split_table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).

@@ -2,7 +2,9 @@
 
 Layout: wheels/ (the list, for the host's Python and manylinux x86_64), pinned/ (the pinned UniLab sdist,
 unilab-rl base wheel and unisim-core sdist, which the applier and the bench read through PATCHSET_CACHE),
-assets/ (one .tar.xz of the G1 assets laid out like src/unilab/assets/), wheelhouse.json and SHA256SUMS. It is
+assets/ (one .tar.xz of the G1 assets laid out like src/unilab/assets/), warp-kernels/ (MuJoCo Warp's CUDA kernels
+for G1, built from the applied tree: warp_kernels.py says why; only when the list holds warp-lang),
+wheelhouse.json and SHA256SUMS. It is
 built in a temporary sibling folder and renamed into place, so a failed build leaves the previous wheelhouse as it
 was.
 """
@@ -15,11 +17,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.api import PINNED_ARTIFACTS, PatchsetError, load_pins, pinned_artifact
+from patchset.api import OVERLAY_DIR, PINNED_ARTIFACTS, PatchsetError, embedded_tree, load_pins, pinned_artifact, status
 
-from . import OfflineError, assets, manifest
+from . import OfflineError, assets, manifest, warp_kernels
 from .wheellist import Entry, canonical, check_agreement, read_wheel_list
 
 #: The GPU host's platform: x86_64 Linux; pip picks the newest manylinux wheel each project offers among these.
@@ -100,13 +103,56 @@ def _replace(built: Path, dest: Path) -> None:
     built.rename(dest)
 
 
-def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path | None = None) -> list[str]:
+@dataclass(frozen=True)
+class WarpKernels:
+    """Where the G1 env's Warp kernels are built from (the applied tree and its overlay) and for what."""
+
+    tree: Path | None = None  # None: the applier's embedded tree
+    overlay: Path | None = None  # None: the project's overlay
+    worlds: tuple[int, ...] = warp_kernels.WORLDS
+    archs: tuple[int, ...] = warp_kernels.ARCHS
+
+
+def _applied_tree(options: WarpKernels) -> tuple[Path, Path, str]:
+    """The tree and overlay the Warp kernels are built from, with the series applied (checked before the wheels
+    are downloaded), and the series' sha256."""
+    tree = (options.tree or embedded_tree()).resolve()
+    overlay = (options.overlay or OVERLAY_DIR).resolve()
+    try:
+        state = status(tree, overlay)
+    except (PatchsetError, OSError) as exc:
+        raise OfflineError(f"MuJoCo Warp's kernels are built from the applied tree ({exc}): run `make apply "
+                           f"wheelhouse`, or give a WHEEL_LIST without warp-lang") from exc
+    if state.get("phase") != "applied" or state.get("series_sha256") != state.get("project_series_sha256"):
+        raise OfflineError(f"MuJoCo Warp's kernels are built from the applied tree and {tree} is "
+                           f"{state.get('phase')}: run `make apply wheelhouse`, or give a WHEEL_LIST without warp-lang")
+    return tree, overlay, str(state["series_sha256"])
+
+
+def _build_warp_kernels(dest: Path, options: WarpKernels, applied: tuple[Path, Path, str], assets_archive: Path,
+                        entries: list[Entry]) -> dict:
+    """The G1 env's Warp kernels into dest, from the applied tree; their record for the manifest."""
+    warp = next((e for e in entries if e.key == "warp-lang"), None)
+    tree, overlay, series = applied
+    print(f"[wheelhouse] MuJoCo Warp's CUDA kernels for G1 ({', '.join(map(str, options.worlds))} worlds, sm_"
+          f"{', sm_'.join(map(str, options.archs))})", flush=True)
+    record = warp_kernels.build(dest, tree, overlay, assets_archive, worlds=options.worlds, archs=options.archs)
+    if warp is not None and record["warp_version"] != warp.version:
+        raise OfflineError(f"the kernels were built with warp-lang {record['warp_version']}, the wheel list holds "
+                           f"{warp.version}: build the wheelhouse in a venv with the listed warp-lang")
+    return {"warp_version": record["warp_version"], "worlds": record["worlds"], "archs": record["archs"],
+            "output": record["output"], "modules": len(record["modules"]), "series_sha256": series}
+
+
+def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path | None = None,
+          kernels: WarpKernels | None = None) -> list[str]:
     """Build the wheelhouse at dest; returns the lines to print."""
     version = python_version(version)
     pins = load_pins()
     entries = read_wheel_list(wheel_list) if wheel_list else read_wheel_list()
     if wheel_list is None:
         check_agreement(entries, pins)
+    kernels = kernels or WarpKernels()
     dest = dest.resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{dest.name}-building-", dir=dest.parent) as tmp:
@@ -116,9 +162,14 @@ def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path
               flush=True)
         asset_source, asset_files = assets.collect(
             work / assets.FOLDER / assets.archive_name(pins["UNILAB_VERSION"]), assets_source)
+        applied = _applied_tree(kernels) if any(e.key == "warp-lang" for e in entries) else None
         wheels = fetch_wheels(entries, work / "wheels", version)
         copy_pinned(work / "pinned", pins)
+        archive = work / assets.FOLDER / assets.archive_name(pins["UNILAB_VERSION"])
+        kernel_record = (None if applied is None else
+                         _build_warp_kernels(work / warp_kernels.FOLDER, kernels, applied, archive, entries))
         digest = manifest.write(work, {
+            "warp_kernels": kernel_record,
             "python_version": version,
             "platforms": list(PLATFORMS),
             "wheel_list": [e.spec for e in entries],
@@ -130,6 +181,8 @@ def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path
         _replace(work, dest)
     return [
         f"wheelhouse {dest}: {len(wheels)} wheels for CPython {version}, {asset_files} G1 asset files, "
-        f"{len(PINNED_ARTIFACTS)} pinned files, {size / 2**20:.1f} MiB",
+        f"{len(PINNED_ARTIFACTS)} pinned files, "
+        + (f"{kernel_record['modules']} Warp kernel modules, " if kernel_record else "")
+        + f"{size / 2**20:.1f} MiB",
         f"{manifest.MANIFEST} sha256 {digest} (compare it on the GPU host: `make bench OFFLINE=...` prints it)",
     ]

@@ -19,6 +19,12 @@ def _parser() -> argparse.ArgumentParser:
                                                "(default: UniLab's own Hugging Face download)")
     b.add_argument("--wheel-list", type=Path, help="another list than scripts/offline/gpu-host-wheels.txt "
                                                    "(not checked against VERSIONS.env)")
+    b.add_argument("--unilab-tree", type=Path, help="the applied UniLab tree the Warp kernels are built from "
+                                                    "(default: the applier's embedded tree)")
+    b.add_argument("--warp-worlds", type=int, nargs="+", default=list(build.warp_kernels.WORLDS),
+                   help="world counts whose Warp kernels are built (default: %(default)s)")
+    b.add_argument("--warp-archs", type=int, nargs="+", default=list(build.warp_kernels.ARCHS),
+                   help="CUDA architectures they are built for, e.g. 80 86 89 90 (default: %(default)s)")
     v = sub.add_parser("verify", help="check every sha256 of a wheelhouse")
     v.add_argument("wheelhouse", type=Path)
     i = sub.add_parser("install", help="on the GPU host: verify, then install into a private site folder")
@@ -32,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "build":
-            lines = build.build(args.wheelhouse, args.python_version, args.assets, args.wheel_list)
+            kernels = build.WarpKernels(args.unilab_tree, None, tuple(args.warp_worlds), tuple(args.warp_archs))
+            lines = build.build(args.wheelhouse, args.python_version, args.assets, args.wheel_list, kernels)
         elif args.command == "verify":
             record = manifest.verify(args.wheelhouse)
             lines = [f"wheelhouse {args.wheelhouse}: {len(record['files'])} files verified"]

@@ -1,4 +1,5 @@
-"""On the offline GPU host: verify the wheelhouse, install its wheels into a private site folder, check imports.
+"""On the offline GPU host: verify the wheelhouse, install its wheels into a private site folder, check imports,
+and put the wheelhouse's MuJoCo Warp kernels into Warp's kernel cache (warp_kernels.py says why).
 
 Nothing is installed before every sha256 matched. The site folder is private (put on PYTHONPATH by the Makefile,
 never the host's own site-packages) and stamped with the manifest's sha256 and the Python version, so later calls
@@ -14,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import OfflineError, manifest
+from . import OfflineError, manifest, warp_kernels
 from .wheellist import read_wheel_list
 
 STAMP = ".wheelhouse-installed"
@@ -48,6 +49,21 @@ def _import_check(site: Path) -> None:
                            f"and rebuild the wheelhouse)")
 
 
+def _seed_warp_kernels(wheelhouse: Path, record: dict, site: Path) -> list[str]:
+    """The wheelhouse's Warp kernels into the kernel cache Warp will use here (``WARP_CACHE_PATH`` or its default
+    folder, as Warp itself resolves it with the installed site): the line to print, if the wheelhouse has any."""
+    kernels = record.get("warp_kernels")
+    if not kernels:
+        return []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+    version, cache = warp_kernels.cache_dir(sys.executable, env)
+    if version != kernels["warp_version"]:
+        return [f"Warp kernels: built for warp-lang {kernels['warp_version']}, this host runs {version}: not used"]
+    copied, present = warp_kernels.seed(wheelhouse / warp_kernels.FOLDER, version, cache)
+    return [f"Warp kernels (sm_{', sm_'.join(map(str, kernels['archs']))}, {', '.join(map(str, kernels['worlds']))} "
+            f"worlds): {copied} modules put into {cache}, {present} already there"]
+
+
 def install(wheelhouse: Path, site: Path, wheel_list: Path | None = None) -> list[str]:
     """Verify, then install into site unless it already holds this wheelhouse; returns the lines to print."""
     record = manifest.verify(wheelhouse)
@@ -56,7 +72,7 @@ def install(wheelhouse: Path, site: Path, wheel_list: Path | None = None) -> lis
     verified = f"wheelhouse {wheelhouse}: {len(record['files'])} files verified, {manifest.MANIFEST} sha256 {digest}"
     stamp = f"{digest} python {sys.version.split()[0]}\n"
     if (site / STAMP).is_file() and (site / STAMP).read_text(encoding="utf-8") == stamp:
-        return [verified, f"site {site}: already installed"]
+        return [verified, f"site {site}: already installed", *_seed_warp_kernels(wheelhouse, record, site)]
     if site.exists() and any(site.iterdir()) and not (site / STAMP).is_file():
         raise OfflineError(f"{site} exists and was not made from a wheelhouse: remove it or choose another "
                            f"OFFLINE_SITE=")
@@ -76,4 +92,5 @@ def install(wheelhouse: Path, site: Path, wheel_list: Path | None = None) -> lis
         if site.exists():
             shutil.rmtree(site)
         staged.rename(site)
-    return [verified, f"site {site}: installed {len(wheels)} wheels (put it on PYTHONPATH)"]
+    return [verified, f"site {site}: installed {len(wheels)} wheels (put it on PYTHONPATH)",
+            *_seed_warp_kernels(wheelhouse, record, site)]

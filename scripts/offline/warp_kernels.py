@@ -1,0 +1,211 @@
+"""MuJoCo Warp's CUDA kernels for G1 Walk Flat, built by `make wheelhouse` (no GPU needed) and put into the GPU
+host's Warp kernel cache by `make setup OFFLINE=`.
+
+Why: on a machine whose Warp kernel cache is empty (a freshly started cloud GPU, a new container) the mjwarp env
+builds its physics' kernels before its first step. On freshly started H200s that took 33-40 s of a 40 s env
+build, and a training run's first iteration came 49.5-72.3 s after launch even with the compile left behind;
+with this cache seeded (cubin, unisim 0005) the env was built in 10-12 s and the first iteration came 20.3 s
+(report's setting) and 22.2 s (UniLab's defaults) after launch (results/2026-12-04-h200-warp-kernel-cache).
+
+Build (``build``): a child Python in a copy of the applied UniLab tree, the overlay first on its path, builds the
+G1 Walk Flat ``mjwarp`` env on Warp's CPU device (unisim 0002's opt-in) for each world count, up to the
+backend's build ahead (unisim 0004). There it records the launches of a forward, a step and a reset as a CUDA
+device would make them (their block sizes), adds MuJoCo Warp's core modules and the backend's own, each module
+also at its default block size, compiles every module ahead of time as cubin for each CUDA architecture into
+Warp's cache layout (``<warp version>/wp_<module>_<hash>/``), and stops the env build: nothing is launched.
+Warp names each module's folder by a hash of its kernels' source and build options, so a seeded module is used
+only where the host would build exactly that module; any other is built there as before. Kernels MuJoCo Warp
+creates for a model are keyed on array sizes: the world counts given (the report's 256 and UniLab's 4096 by
+default) are the ones covered.
+
+Install (``seed``): each module folder the host's cache lacks is copied in; what the cache holds is never
+overwritten, and a cache of another Warp version is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import OfflineError
+
+#: The wheelhouse folder: Warp's kernel-cache layout under it (``<warp version>/wp_*``).
+FOLDER = "warp-kernels"
+#: The default world counts (the report's setting and UniLab's G1 default) and CUDA architecture (H100/H200).
+WORLDS = (256, 4096)
+ARCHS = (90,)
+
+
+class _Recorded(Exception):
+    """Raised by the child's stand-in build ahead once the modules are compiled: the env build stops there."""
+
+
+def _child_env(tree: Path, overlay: Path, cache: Path) -> dict[str, str]:
+    scripts = Path(__file__).resolve().parents[1]
+    path = [str(scripts), str(overlay), str(tree / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "WARP_CACHE_PATH": str(cache),
+            "UNISIM_MJWARP_ALLOW_CPU": "1", "CUDA_VISIBLE_DEVICES": "", "MUJOCO_GL": "disable",
+            "HF_HUB_OFFLINE": "1"}
+
+
+def build(dest: Path, tree: Path, overlay: Path, assets_archive: Path, *, worlds: Sequence[int] = WORLDS,
+          archs: Sequence[int] = ARCHS, jobs: int | None = None, only: str | None = None) -> dict[str, Any]:
+    """Compile the G1 env's Warp modules into ``dest`` (Warp's cache layout); returns the child's record.
+
+    ``tree`` is the applied UniLab tree and ``overlay`` its overlay (``make apply``); the tree is copied, with
+    ``assets_archive`` unpacked into its assets, so the checkout stays as the applier left it. ``only``: compile
+    only the modules whose name starts with it (the others are planned, not compiled; for tests).
+    """
+    jobs = jobs or len(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory(prefix="warp-kernels-") as tmp:
+        copy = Path(tmp) / "unilab"
+        shutil.copytree(tree, copy, ignore=shutil.ignore_patterns(".git", "__pycache__"), symlinks=True)
+        with tarfile.open(assets_archive) as archive:
+            archive.extractall(copy / "src" / "unilab" / "assets", filter="data")
+        args = [sys.executable, "-m", "offline.warp_kernels", "--worlds", *map(str, worlds),
+                "--archs", *map(str, archs), "--jobs", str(jobs), *(["--only", only] if only else [])]
+        proc = subprocess.run(args, cwd=copy, env=_child_env(copy, overlay, dest), capture_output=True,
+                              text=True, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines or not lines[-1].startswith("{"):
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise OfflineError(f"building MuJoCo Warp's kernels for G1 failed (exit {proc.returncode}): {last}")
+    record = json.loads(lines[-1])
+    failed = [entry for entry in record["modules"] if entry.get("failed")]
+    if failed:
+        raise OfflineError(f"{len(failed)} Warp modules failed to compile, first {failed[0]['module']}: "
+                           f"{failed[0]['failed']}")
+    for leftover in dest.glob("*/lto"):  # Warp's compile-time cache of LTO objects: not needed to load
+        shutil.rmtree(leftover)
+    return record
+
+
+def _record_plan(worlds: Sequence[int]) -> list[tuple[Any, int]]:
+    """Every (module, block size) the mjwarp backend would build ahead on CUDA, for each world count."""
+    from hydra import compose, initialize_config_dir
+    from unilab.base.env_factory import make_registry_env
+    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
+    from unisim.backend.mjwarp import backend, kernel_build
+
+    as_cuda = type("CudaLaunches", (), {"is_cuda": True})()  # the launches record a CUDA device's block sizes
+    plan: dict[int, tuple[Any, tuple[int, ...]]] = {}
+
+    def record(wp_: Any, device: Any, calls: Any) -> Any:
+        with kernel_build._launches_recorded(wp_, as_cuda) as builds:  # noqa: SLF001 - unisim 0004's recorder
+            calls()
+        for module in kernel_build.modules_to_build():
+            kernel_build._add(builds, module, module.options["block_dim"])  # noqa: SLF001
+        for module, _ in list(builds.values()):
+            kernel_build._add(builds, module, module.options["block_dim"])  # noqa: SLF001
+        for module, sizes in builds.values():
+            for size in sizes:
+                kernel_build._add(plan, module, size)  # noqa: SLF001
+        raise _Recorded
+
+    backend.build_ahead = record
+    conf = str(Path("src/unilab/conf/flashsac").resolve())
+    for count in worlds:
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=["task=g1_walk_flat/mjwarp", f"algo.num_envs={count}"])
+        override = build_offpolicy_env_cfg_override("flashsac", cfg)
+        try:
+            make_registry_env(str(cfg.training.task_name), str(cfg.training.sim_backend), count,
+                              {**(override or {}), "seed": 0})
+        except _Recorded:
+            continue
+        raise OfflineError(f"the {count}-world env was built without reaching the backend's build ahead")
+    return [(module, size) for module, sizes in plan.values() for size in sizes]
+
+
+def _compile(plan: list[tuple[Any, int]], archs: Sequence[int], jobs: int, only: str | None) -> list[dict]:
+    """Compile each planned module (cubin, per arch) into Warp's kernel cache; one record per module and size."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import warp as wp
+
+    def one(item: tuple[Any, int]) -> dict[str, Any]:
+        module, size = item
+        entry: dict[str, Any] = {"module": module.name, "block_dim": size}
+        try:
+            module.get_module_hash(size)
+            entry["id"] = module.get_module_identifier(size)
+            if only is not None and not module.name.startswith(only):
+                return entry
+            options = module.resolve_options(wp.config, block_dim=size)
+            for arch in archs:
+                module._compile(None, output_arch=arch, use_ptx=False, options=options)  # noqa: SLF001 - Warp's AOT
+            entry["files"] = [module._get_compile_output_name(None, arch, "", False, size) for arch in archs]  # noqa: SLF001
+        except Exception as exc:  # noqa: BLE001 - reported per module, the build then fails as a whole
+            entry["failed"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return entry
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, plan))
+
+
+def _child(argv: list[str] | None = None) -> int:
+    """The child: plan at each world count, compile, print one JSON line."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="offline.warp_kernels")
+    parser.add_argument("--worlds", type=int, nargs="+", required=True)
+    parser.add_argument("--archs", type=int, nargs="+", required=True)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--only", default=None)
+    args = parser.parse_args(argv)
+    import warp as wp
+
+    wp.config.log_level = wp.LOG_WARNING
+    plan = _record_plan(args.worlds)
+    modules = _compile(plan, args.archs, args.jobs, args.only)
+    print(json.dumps({"warp_version": wp.config.version, "worlds": args.worlds, "archs": args.archs,
+                      "output": "cubin", "modules": modules}))
+    return 0
+
+
+def cache_dir(python: str, env: dict[str, str] | None = None) -> tuple[str, Path]:
+    """The Warp version and the kernel cache folder Warp will use under ``env`` (its own rule, asked of Warp)."""
+    code = ("import warp, warp._src.build as b\nb.init_kernel_cache()\n"
+            "print(warp.config.version)\nprint(warp.config.kernel_cache_dir)\n")
+    proc = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or len(lines) < 2:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise OfflineError(f"could not ask Warp for its kernel cache folder: {last}")
+    return lines[-2], Path(lines[-1])
+
+
+def seed(kernels: Path, version: str, cache: Path) -> tuple[int, int]:
+    """Copy each module folder of ``kernels/<version>`` that ``cache`` lacks; returns (copied, already there).
+
+    A module folder is copied whole into a temporary sibling and renamed into place, so a stopped copy leaves
+    no half module for Warp to find.
+    """
+    source = kernels / version
+    if not source.is_dir():
+        return 0, 0
+    cache.mkdir(parents=True, exist_ok=True)
+    copied = present = 0
+    for module in sorted(p for p in source.iterdir() if p.is_dir() and p.name.startswith("wp_")):
+        target = cache / module.name
+        if target.exists():
+            present += 1
+            continue
+        staged = cache / f".{module.name}.seeding-{os.getpid()}"
+        shutil.rmtree(staged, ignore_errors=True)
+        shutil.copytree(module, staged)
+        staged.rename(target)
+        copied += 1
+    return copied, present
+
+
+if __name__ == "__main__":
+    sys.exit(_child())
