@@ -62,7 +62,7 @@ warp.init()
 print(json.dumps(warp.config.kernel_cache_dir))
 """
 MOVED = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHSAC_COMPILE_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
-         "XDG_CACHE_HOME", "TMPDIR", "TEMP", "TMP", "HOME", "WARP_CACHE_PATH")
+         "XDG_CACHE_HOME", "TMPDIR", "TEMP", "TMP", "HOME", "WARP_CACHE_PATH", "CUDA_CACHE_PATH", "CUDA_CACHE_DISABLE")
 
 
 def _environment(tmp_path: Path, **moved: str) -> dict[str, str]:
@@ -111,6 +111,18 @@ def test_the_warp_kernel_cache_is_where_warp_puts_it(tmp_path: Path) -> None:
     assert off is None and compile_caches.contents(off)["off"] is True
 
 
+def test_the_cuda_driver_cache_is_where_the_driver_keeps_it(tmp_path: Path) -> None:
+    """The CUDA driver's compile cache by CUDA's documented variables (no driver here to ask): ``~/.nv/ComputeCache``,
+    moved by ``CUDA_CACHE_PATH``, off with ``CUDA_CACHE_DISABLE=1``; control: the variants differ, so a probe that
+    ignored the environment fails, and a disabled cache is never reported cold."""
+    variants = {"defaults": {}, "moved": {"CUDA_CACHE_PATH": str(tmp_path / "nv")}}
+    seen = {name: _probed(_environment(tmp_path, **moved))["cuda_driver"] for name, moved in variants.items()}
+    assert seen == {"defaults": str(tmp_path / "home" / ".nv" / "ComputeCache"), "moved": str(tmp_path / "nv")}
+    off = compile_caches.probe(_environment(tmp_path, CUDA_CACHE_DISABLE="1"))
+    assert off["cuda_driver"]["off"] is True and "cuda_driver" not in compile_caches.cold(off)
+    assert "cuda_driver" in compile_caches.cold(compile_caches.probe(_environment(tmp_path)))
+
+
 @pytest.mark.extended  # a real Inductor compile on the CPU
 def test_cache_folders_are_where_torch_and_uni_rl_put_them(patched_uni_rl_root: Path, tmp_path: Path) -> None:
     variants = {
@@ -123,7 +135,7 @@ def test_cache_folders_are_where_torch_and_uni_rl_put_them(patched_uni_rl_root: 
     for name, moved in variants.items():
         env = _environment(tmp_path, **moved)
         probed = _probed(env)
-        assert probed == _oracle(env, patched_uni_rl_root), name
+        assert {k: v for k, v in probed.items() if k != "cuda_driver"} == _oracle(env, patched_uni_rl_root), name
         seen.append(probed)
     # Control: every variant moves some folder, so a probe that ignored the environment would fail above.
     assert len({json.dumps(p, sort_keys=True) for p in seen}) == len(variants)

@@ -3,8 +3,10 @@
 Why: a run's start-up is minutes on a fresh machine and seconds on a warm one, so a start-up time means
 little without the state of the caches it started from: Inductor's (FX graphs, AOTAutograd, kernels),
 Triton's compiled kernels, the warm-up's compile artifacts (uni_rl 0019, ``FLASHSAC_COMPILE_CACHE_DIR``),
-torch's JIT-built C++ extensions (the replay transfer's native H2D extension, uni_rl 0033) and Warp's kernel
-cache (MuJoCo Warp's kernels, built on a machine's first MJWarp run). Each folder is resolved from the
+torch's JIT-built C++ extensions (the replay transfer's native H2D extension, uni_rl 0033), Warp's kernel
+cache (MuJoCo Warp's kernels, built on a machine's first MJWarp run) and the CUDA driver's compile cache (the
+GPU code the driver compiles from PTX at a module's load: with it empty, Warp's PTX modules took 26-27 s to load
+on a fresh H200, results/2026-12-04-h200-warp-kernel-cache). Each folder is resolved from the
 environment the trainer is given, by the rules torch, uni_rl and Warp apply (the tests compare with their own
 functions), and only read: nothing is created. ``empty`` means no file under the folder (a
 missing folder is empty). Called by ``benchmark_flashsac_training.py`` just before it starts the trainer.
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 #: The caches, in the order the report lists them.
-CACHES = ("inductor", "triton", "compile_artifacts", "torch_extensions", "warp_kernels")
+CACHES = ("inductor", "triton", "compile_artifacts", "torch_extensions", "warp_kernels", "cuda_driver")
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -71,6 +73,9 @@ def folders(env: Mapping[str, str], *, torch_cuda: str | None,
     warp_dir = None if warp_version is None else (
         Path(os.path.realpath(warp)) if warp is not None
         else Path(env.get("XDG_CACHE_HOME", str(_home(env) / ".cache"))) / "warp") / warp_version
+    # The driver's rule (CUDA's environment variables): CUDA_CACHE_PATH, else ~/.nv/ComputeCache; off when disabled.
+    driver_dir = None if env.get("CUDA_CACHE_DISABLE") == "1" else (
+        Path(env["CUDA_CACHE_PATH"]) if env.get("CUDA_CACHE_PATH") else _home(env) / ".nv" / "ComputeCache")
     return {
         "inductor": inductor_dir,
         # Inductor compiles Triton kernels into its own folder unless TRITON_CACHE_DIR names another.
@@ -78,6 +83,7 @@ def folders(env: Mapping[str, str], *, torch_cuda: str | None,
         "compile_artifacts": artifacts_dir,
         "torch_extensions": extensions_dir,
         "warp_kernels": warp_dir,
+        "cuda_driver": driver_dir,
     }
 
 

@@ -41,8 +41,10 @@
 #   start   a fresh machine's start, side by side: for START_ROUNDS (2) rounds, alternating, each config of
 #           START_CONFIGS (patched-default compile-behind) at each setting of START_SETTINGS (report) on MJWarp
 #           with the device collector, START_ITERATIONS (1000) each, one after another on GPU 0, every run with
-#           empty Inductor, Triton, compile-artifact and Warp kernel caches. The run JSONs (launch to first iteration, the
-#           swap's record, wall per iteration) in $work/start/.
+#           empty Inductor, Triton, compile-artifact, Warp kernel and CUDA driver caches; START_WARP_KERNELS=1 seeds
+#           each run's Warp kernel cache from the wheelhouse's warp-kernels/ (what `make setup OFFLINE=` puts into
+#           a host's cache). The run JSONs (launch to first iteration, the swap's record, wall per iteration) in
+#           $work/start/.
 #   kernel-build  where MuJoCo Warp's kernel modules are built as a G1 Walk Flat env starts, with an empty Warp
 #           kernel cache each time: experiments/evidence/mjwarp_kernel_build.py for KB_ROUNDS (2) rounds,
 #           alternating over KB_WORKERS (0 auto: Warp's build at launch, the default, then one build worker per
@@ -223,7 +225,9 @@ for mode in "$@"; do
       on_gpu 0 start bash -c 'for run in "$@"; do
           read -r round setting config <<<"$run"
           caches=$(mktemp -d)
+          [ "'"${START_WARP_KERNELS:-0}"'" = 1 ] && mkdir -p $caches/warp && cp -r .whl/warp-kernels/. $caches/warp/
           TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton WARP_CACHE_PATH=$caches/warp \
+            CUDA_CACHE_PATH=$caches/nv \
             FLASHSAC_COMPILE_CACHE_DIR=$caches/artifacts python3 experiments/bench/benchmark_flashsac_training.py \
             --unilab-root "'"$tree"'" --setting "$setting" --config "$config" --backend mjwarp --collector device \
             --iterations "'"${START_ITERATIONS:-1000}"'" --live-panel never --run-dir "$caches/run" \
@@ -242,7 +246,7 @@ for mode in "$@"; do
       on_gpu 0 kernel-build bash -c 'for run in "$@"; do
           read -r round workers <<<"$run"
           caches=$(mktemp -d)
-          ( cd "'"$tree"'" && WARP_CACHE_PATH=$caches/warp PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'" \
+          ( cd "'"$tree"'" && WARP_CACHE_PATH=$caches/warp CUDA_CACHE_PATH=$caches/nv PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'" \
             UNISIM_MJWARP_BUILD_WORKERS=$workers python3 "'"$PWD"'/experiments/evidence/mjwarp_kernel_build.py" --num-envs "'"${KB_NUM_ENVS:-256}"'" \
             --output "'"$work"'/kernel-build/workers-$workers-round$round.json" ); echo "$run: exit $?"
           rm -rf "$caches"
