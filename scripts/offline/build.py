@@ -105,10 +105,9 @@ def _replace(built: Path, dest: Path) -> None:
 
 @dataclass(frozen=True)
 class WarpKernels:
-    """Where the G1 env's Warp kernels are built from (the applied tree and its overlay) and for what."""
+    """Where the G1 env's Warp kernels are built from (the applied tree) and for what."""
 
-    tree: Path | None = None  # None: the applier's embedded tree
-    overlay: Path | None = None  # None: the project's overlay
+    tree: Path | None = None  # None: the applier's embedded tree (its overlay is the project's)
     worlds: tuple[int, ...] = warp_kernels.WORLDS
     archs: tuple[int, ...] = warp_kernels.ARCHS
 
@@ -117,7 +116,7 @@ def _applied_tree(options: WarpKernels) -> tuple[Path, Path, str]:
     """The tree and overlay the Warp kernels are built from, with the series applied (checked before the wheels
     are downloaded), and the series' sha256."""
     tree = (options.tree or embedded_tree()).resolve()
-    overlay = (options.overlay or OVERLAY_DIR).resolve()
+    overlay = OVERLAY_DIR.resolve()
     try:
         state = status(tree, overlay)
     except (PatchsetError, OSError) as exc:

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "build":
-            kernels = build.WarpKernels(args.unilab_tree, None, tuple(args.warp_worlds), tuple(args.warp_archs))
+            kernels = build.WarpKernels(args.unilab_tree, tuple(args.warp_worlds), tuple(args.warp_archs))
             lines = build.build(args.wheelhouse, args.python_version, args.assets, args.wheel_list, kernels)
         elif args.command == "verify":
             record = manifest.verify(args.wheelhouse)

@@ -101,13 +101,10 @@ def _record_plan(worlds: Sequence[int]) -> list[tuple[Any, int]]:
     def record(wp_: Any, device: Any, calls: Any) -> Any:
         with kernel_build._launches_recorded(wp_, as_cuda) as builds:  # noqa: SLF001 - unisim 0004's recorder
             calls()
-        for module in kernel_build.modules_to_build():
-            kernel_build._add(builds, module, module.options["block_dim"])  # noqa: SLF001
-        for module, _ in list(builds.values()):
-            kernel_build._add(builds, module, module.options["block_dim"])  # noqa: SLF001
-        for module, sizes in builds.values():
-            for size in sizes:
-                kernel_build._add(plan, module, size)  # noqa: SLF001
+        launched = [(module, size) for module, sizes in builds.values() for size in sizes]
+        every = [module for module, _ in builds.values()] + kernel_build.modules_to_build()
+        for module, size in launched + [(module, module.options["block_dim"]) for module in every]:
+            kernel_build._add(plan, module, size)  # noqa: SLF001
         raise _Recorded
 
     backend.build_ahead = record
