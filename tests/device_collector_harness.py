@@ -18,6 +18,10 @@ Run from an applied UniLab tree's root (G1 meshes unpacked) with the overlay, th
                 (the default) and at the iteration's end (`host_ahead=False`): every logged row (iteration,
                 learner metrics, episode reward), the learner and the ring must be equal. `--broken`: the
                 metrics read where the host gets to them, not staged where the iteration ended.
+  env-step-early (CUDA) the device runner trains three times, its side stream starting the env step right after
+                the action (the default), after the batch gather (`env_step_early=False`), and right after the
+                action again (the control: the GPU's own run-to-run agreement); every logged row, the learner and
+                the ring are compared. `--broken`: the third run's env sees one tick's actions shifted by 1e-3.
   checkpoint    the host path's loaders take `--checkpoint`: UniLab's play actor (`build_play_actor` +
                 `load_play_actor`) and a FlashSAC learner built from the tree's config (`load_state_dict`, the
                 runner's resume format). `--broken`: the checkpoint without its actor.
@@ -46,6 +50,7 @@ from uni_rl.ipc.replay_buffer import ReplayBuffer
 from uni_rl.ipc.replay_pipelines.gpu_resident import GPUResidentReplayPipeline, _ring_spans
 from uni_rl.logging import OffPolicyLogger
 from uni_rl.offpolicy import device_runner
+from uni_rl.offpolicy.device_env import DeviceStep
 from uni_rl.offpolicy.device_replay import DeviceReplayRing
 from uni_rl.offpolicy.runner import update_reward_stats_from_replay
 from uni_rl.utils.final_observation import resolve_terminal_observation_contract
@@ -63,7 +68,7 @@ def small_learner(env: NumpyEnvAsDeviceEnv, **switches: Any) -> FlashSACLearner:
 
 
 def train(env: NumpyEnvAsDeviceEnv, learner: FlashSACLearner, ring_class: type, *, iterations: int,
-          log_dir: str, host_ahead: bool = True, **schedule: int) -> dict:
+          log_dir: str, host_ahead: bool = True, env_step_early: bool = True, **schedule: int) -> dict:
     """`DeviceCollectorRunner.learn` as UniLab runs it; returns the ring it wrote and what the runner logged
     (per iteration: its number, the learner's metrics, the mean episode reward)."""
     rings: list[DeviceReplayRing] = []
@@ -84,10 +89,10 @@ def train(env: NumpyEnvAsDeviceEnv, learner: FlashSACLearner, ring_class: type, 
     device_runner.OffPolicyLogger = Logger  # type: ignore[misc]
     runner = device_runner.DeviceCollectorRunner(
         learner=learner, env=env, env_name="G1WalkFlat", algo_type="flashsac", num_envs=env.num_envs,
-        obs_normalization=False, seed=1, host_ahead=host_ahead, **schedule)
+        obs_normalization=False, seed=1, host_ahead=host_ahead, env_step_early=env_step_early, **schedule)
     runner.learn(max_iterations=iterations, save_interval=0, log_dir=log_dir, logger_type="no_print")
     return {"ring": rings[0], "logged": logged, "metrics": [row["metrics"] for row in logged],
-            "summary": runner.last_run_summary}
+            "summary": runner.last_run_summary, "manifest": runner.runtime_manifest}
 
 
 def ring_problems(ring: DeviceReplayRing, recording: list) -> list[str]:
@@ -293,6 +298,41 @@ def mode_host_ahead(args: argparse.Namespace) -> dict:
             "host_syncs_per_iteration": [ahead["syncs"], behind["syncs"]]}
 
 
+def mode_env_step_early(args: argparse.Namespace) -> dict:
+    """On CUDA, the env step started right after its action and after the batch gather: the same training."""
+    cuda = torch.device("cuda")
+    runs = {}
+    for label, early in (("early", True), ("after-gather", False), ("early-again", True)):
+        env = NumpyEnvAsDeviceEnv(build_env(args.num_envs, 1), cuda)
+        if args.broken and label == "early-again":
+            step, ticks = env.step, []
+
+            def shifted(actions: torch.Tensor, step=step, ticks=ticks) -> DeviceStep:  # type: ignore[no-untyped-def]
+                ticks.append(1)
+                return step(actions + 1e-3 if len(ticks) == 5 else actions)
+
+            env.step = shifted  # type: ignore[method-assign]
+        learner = small_learner(env, device="cuda", finite_guard=True)
+        out = train(env, learner, DeviceReplayRing, iterations=30, log_dir=f"{args.log_dir}/{label}",
+                    replay_buffer_n=8, batch_size=32, learning_starts=2, updates_per_step=2, policy_frequency=1,
+                    env_steps_per_sync=1, env_step_early=early)
+        env.close()
+        runs[label] = {"logged": out["logged"], "state": learner_state(learner),
+                       "ring": out["ring"]._storage.clone(),  # noqa: SLF001
+                       "manifest": out["manifest"]}
+
+    def same(a: dict, b: dict) -> dict:
+        x, y = a["state"], b["state"]
+        return {"logged_equal": a["logged"] == b["logged"],
+                "state_equal": sorted(x) == sorted(y) and all(torch.equal(x[k], y[k]) for k in x),
+                "ring_equal": torch.equal(a["ring"], b["ring"])}
+
+    return {"device": torch.cuda.get_device_name(cuda),
+            "env_step_before_batch_gather": {k: v["manifest"]["env_step_before_batch_gather"] for k, v in runs.items()},
+            "early_vs_after_gather": same(runs["early"], runs["after-gather"]),
+            "early_vs_early_again": same(runs["early"], runs["early-again"])}
+
+
 def mode_checkpoint(args: argparse.Namespace) -> dict:
     from device_env_adapter import _compose_flashsac_cfg, make_g1_walk_flat_cpu_env
     from uni_rl.algos.flash_sac.double_buffer import flashsac_learner_kwargs
@@ -341,7 +381,8 @@ def mode_explore(args: argparse.Namespace) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("ring", "equivalence", "finite-guard", "host-ahead", "checkpoint", "explore"))
+    parser.add_argument("mode", choices=("ring", "equivalence", "finite-guard", "host-ahead", "env-step-early",
+                                         "checkpoint", "explore"))
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--broken", action="store_true")
     parser.add_argument("--num-envs", type=int, default=16)
@@ -349,7 +390,8 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(1)
     modes = {"ring": mode_ring, "equivalence": mode_equivalence, "finite-guard": mode_finite_guard,
-             "host-ahead": mode_host_ahead, "checkpoint": mode_checkpoint, "explore": mode_explore}
+             "host-ahead": mode_host_ahead, "env-step-early": mode_env_step_early, "checkpoint": mode_checkpoint,
+             "explore": mode_explore}
     result = modes[args.mode](args)
     print(json.dumps(result, default=str))
     return 0

@@ -7,6 +7,7 @@ with, and installed with pip into a private site folder. The full wheel set is n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -164,6 +165,9 @@ def test_install_into_a_private_site_then_reuse(wheelhouse: Path, tiny_list: Pat
     assert proc.returncode == 0, proc.stderr
     assert "5 files verified" in proc.stdout and "installed 1 wheels" in proc.stdout
     assert (site / "uni_rl" / "__init__.py").is_file() and (site / ".wheelhouse-installed").is_file()
+    # the site's modules were compiled (pip ran with --no-compile): Python imports them without compiling
+    assert "Python bytecode:" in proc.stdout and str(site) in proc.stdout, proc.stdout
+    assert Path(importlib.util.cache_from_source(str(site / "uni_rl" / "__init__.py"))).is_file()
     again = offline("install", str(wheelhouse), "--site", str(site), "--wheel-list", str(tiny_list))
     assert again.returncode == 0 and "already installed" in again.stdout, again.stderr
     # negative controls: a wheelhouse for another Python, one from another list, a foreign site folder

@@ -50,6 +50,9 @@ COMPILE_BEHIND_KEY = "training.compile_behind"
 DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
 #: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
+#: The patched config's start of the device env step beside the learner (unilab patch 0013): after the action, or
+#: after the batch gather.
+ENV_STEP_EARLY_KEY = "training.collector_env_step_early"
 
 #: Configuration names of runs committed before the whole-cycle graph had one name.
 LEGACY_NAMES: dict[str, str] = {
@@ -164,6 +167,12 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="the host waits for each iteration's end before it reads its results and queues the "
                           "next (the loop before uni_rl 0035): compare with patched-default for what reading "
                           "an iteration behind gains"),
+        BenchConfig("env-step-after-gather", "patched defaults + the device env step started after the batch "
+                    "gather", "overlay", (), requires_key=ENV_STEP_EARLY_KEY,
+                    training=(("collector_env_step_early", "false"),), collectors=("device",),
+                    notes="the side stream steps the env only once the reward statistics and the batch gather are "
+                          "queued (the loop before uni_rl 0036): compare with patched-default for what starting "
+                          "the step right after its action gains"),
         BenchConfig("warp-lazy-build", "patched defaults + MuJoCo Warp's kernels built at their launch", "overlay",
                     (), environment=(("UNISIM_MJWARP_BUILD_WORKERS", "0"),), sims=("mjwarp",),
                     notes="Warp builds each module at its first launch, one after the other (unisim-core "

@@ -1,4 +1,5 @@
-"""`python -m offline build|verify|install`: thin command line over build.py and host.py, one-line errors."""
+"""`python -m offline build|verify|install|bytecode`: thin command line over build.py, host.py and bytecode.py,
+one-line errors."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import OfflineError, build, host, manifest
+from . import OfflineError, build, bytecode, host, manifest
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("wheelhouse", type=Path)
     i.add_argument("--site", type=Path, required=True)
     i.add_argument("--wheel-list", type=Path, help="the list the wheelhouse was built from, if not the project's")
+    c = sub.add_parser("bytecode", help="compile the Python bytecode of the host's packages (install does it too)")
+    c.add_argument("--site", type=Path, help="a private site folder to compile as well (e.g. OFFLINE_SITE)")
     return parser
 
 
@@ -43,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "verify":
             record = manifest.verify(args.wheelhouse)
             lines = [f"wheelhouse {args.wheelhouse}: {len(record['files'])} files verified"]
+        elif args.command == "bytecode":
+            lines = [bytecode.compile_roots(bytecode.host_roots(args.site)).line()]
         else:
             lines = host.install(args.wheelhouse.resolve(), args.site.resolve(), args.wheel_list)
     except OfflineError as exc:

@@ -1,5 +1,6 @@
 """On the offline GPU host: verify the wheelhouse, install its wheels into a private site folder, check imports,
-and put the wheelhouse's MuJoCo Warp kernels into Warp's kernel cache (warp_kernels.py says why).
+compile the Python bytecode of the site and of the host's own packages (bytecode.py says why), and put the
+wheelhouse's MuJoCo Warp kernels into Warp's kernel cache (warp_kernels.py says why).
 
 Nothing is installed before every sha256 matched. The site folder is private (put on PYTHONPATH by the Makefile,
 never the host's own site-packages) and stamped with the manifest's sha256 and the Python version, so later calls
@@ -15,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import OfflineError, manifest, warp_kernels
+from . import OfflineError, bytecode, manifest, warp_kernels
 from .wheellist import read_wheel_list
 
 STAMP = ".wheelhouse-installed"
@@ -64,6 +65,11 @@ def _seed_warp_kernels(wheelhouse: Path, record: dict, site: Path) -> list[str]:
             f"worlds): {copied} modules put into {cache}, {present} already there"]
 
 
+def _compile_bytecode(site: Path) -> str:
+    """The site's and the host's packages compiled where their bytecode is missing or stale: the line to print."""
+    return bytecode.compile_roots(bytecode.host_roots(site)).line()
+
+
 def install(wheelhouse: Path, site: Path, wheel_list: Path | None = None) -> list[str]:
     """Verify, then install into site unless it already holds this wheelhouse; returns the lines to print."""
     record = manifest.verify(wheelhouse)
@@ -72,7 +78,8 @@ def install(wheelhouse: Path, site: Path, wheel_list: Path | None = None) -> lis
     verified = f"wheelhouse {wheelhouse}: {len(record['files'])} files verified, {manifest.MANIFEST} sha256 {digest}"
     stamp = f"{digest} python {sys.version.split()[0]}\n"
     if (site / STAMP).is_file() and (site / STAMP).read_text(encoding="utf-8") == stamp:
-        return [verified, f"site {site}: already installed", *_seed_warp_kernels(wheelhouse, record, site)]
+        return [verified, f"site {site}: already installed", _compile_bytecode(site),
+                *_seed_warp_kernels(wheelhouse, record, site)]
     if site.exists() and any(site.iterdir()) and not (site / STAMP).is_file():
         raise OfflineError(f"{site} exists and was not made from a wheelhouse: remove it or choose another "
                            f"OFFLINE_SITE=")
@@ -92,5 +99,5 @@ def install(wheelhouse: Path, site: Path, wheel_list: Path | None = None) -> lis
         if site.exists():
             shutil.rmtree(site)
         staged.rename(site)
-    return [verified, f"site {site}: installed {len(wheels)} wheels (put it on PYTHONPATH)",
+    return [verified, f"site {site}: installed {len(wheels)} wheels (put it on PYTHONPATH)", _compile_bytecode(site),
             *_seed_warp_kernels(wheelhouse, record, site)]
