@@ -142,6 +142,23 @@ def test_cache_folders_are_where_torch_and_uni_rl_put_them(patched_uni_rl_root: 
     assert seen[-1]["compile_artifacts"] is None
 
 
+def test_the_bytecode_probe_looks_where_the_trainer_looks(tmp_path: Path) -> None:
+    """torch's compiler modules: current beside the sources (pip compiled this venv), none under an empty
+    PYTHONPYCACHEPREFIX (control), all of them once compiled there."""
+    import torch
+
+    here = compile_caches.probe(_environment(tmp_path))["python_bytecode"]
+    assert here["files"] == here["sampled"] > 50 and not compile_caches.cold({"python_bytecode": here})
+    prefix = tmp_path / "pycache"
+    env = _environment(tmp_path, PYTHONPYCACHEPREFIX=str(prefix))
+    before = compile_caches.probe(env)["python_bytecode"]
+    assert before["empty"] is True and before["path"] == str(prefix), before
+    sample = [Path(torch.__file__).parent / name for name in compile_caches.BYTECODE_SAMPLE]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-l", *map(str, sample)], check=True, env=env)
+    after = compile_caches.probe(env)["python_bytecode"]
+    assert after["files"] == after["sampled"] == before["sampled"], after
+
+
 @pytest.mark.extended  # a real Inductor compile on the CPU (cold: about a minute on two cores)
 def test_a_cache_is_empty_until_a_real_compile_fills_it(tmp_path: Path) -> None:
     env = _environment(tmp_path, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), FLASHSAC_COMPILE_CACHE_DIR="")

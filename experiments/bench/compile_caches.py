@@ -24,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 #: The caches, in the order the report lists them.
-CACHES = ("inductor", "triton", "compile_artifacts", "torch_extensions", "warp_kernels", "cuda_driver")
+CACHES = ("inductor", "triton", "compile_artifacts", "torch_extensions", "warp_kernels", "cuda_driver",
+          "python_bytecode")
+#: torch's packages whose modules the bytecode probe samples: the learner's construction imports them.
+BYTECODE_SAMPLE = ("_dynamo", "_inductor")
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -102,6 +105,26 @@ def contents(folder: Path | None) -> dict[str, Any]:
     return {"path": str(folder), "files": files, "bytes": size, "empty": files == 0}
 
 
+def bytecode(env: Mapping[str, str], torch_dir: Path) -> dict[str, Any]:
+    """How many of ``torch._dynamo``'s and ``torch._inductor``'s top-level modules have current bytecode where a
+    trainer started with ``env`` looks for it (Python's own timestamp or hash check, scripts/offline/bytecode.py)."""
+    import importlib.util
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from offline.bytecode import is_current
+
+    prefix = env.get("PYTHONPYCACHEPREFIX") or None
+    saved = sys.pycache_prefix
+    sys.pycache_prefix = os.path.abspath(prefix) if prefix else None
+    try:
+        sources = sorted(p for name in BYTECODE_SAMPLE for p in (torch_dir / name).glob("*.py"))
+        current = sum(is_current(p, importlib.util.cache_from_source(str(p))) for p in sources)
+    finally:
+        sys.pycache_prefix = saved
+    return {"path": prefix or "beside the sources", "files": current, "bytes": 0, "empty": current == 0,
+            "sampled": len(sources), "dont_write_bytecode": bool(env.get("PYTHONDONTWRITEBYTECODE"))}
+
+
 def probe(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """The state of every cache a trainer started with ``env`` finds (this interpreter's torch and Warp name
     the extension and kernel folders: the trainer runs on them too)."""
@@ -114,7 +137,8 @@ def probe(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     except importlib.metadata.PackageNotFoundError:
         warp_version = None
     found = folders(env, torch_cuda=torch.version.cuda, warp_version=warp_version)
-    return {name: contents(folder) for name, folder in found.items()}
+    return {**{name: contents(folder) for name, folder in found.items()},
+            "python_bytecode": bytecode(env, Path(torch.__file__).parent)}
 
 
 def cold(caches: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -65,7 +65,7 @@ def host_roots(private_site: Path | None) -> list[Path]:
     return roots
 
 
-def _is_current(source: Path, cached: str) -> bool:
+def is_current(source: Path, cached: str) -> bool:
     """Python's timestamp check: the ``.pyc`` header records the source's mtime and size."""
     try:
         with open(cached, "rb") as handle:
@@ -90,7 +90,7 @@ def _compile_chunk(paths: list[str]) -> tuple[int, int, int, int, str]:
     for name in paths:
         source = Path(name)
         cached = importlib.util.cache_from_source(name)  # honours PYTHONPYCACHEPREFIX
-        if _is_current(source, cached):
+        if is_current(source, cached):
             current += 1
             continue
         try:
