@@ -95,6 +95,25 @@ def train(env: NumpyEnvAsDeviceEnv, learner: FlashSACLearner, ring_class: type, 
             "summary": runner.last_run_summary, "manifest": runner.runtime_manifest}
 
 
+#: The small schedule the comparing modes train on (30 iterations each).
+SCHEDULE = {"replay_buffer_n": 8, "batch_size": 32, "learning_starts": 2, "updates_per_step": 2,
+            "policy_frequency": 1, "env_steps_per_sync": 1}
+
+
+def trained(out: dict, learner: FlashSACLearner) -> dict:
+    """What a comparing mode compares of one run: the logged rows, the learner's state and the ring."""
+    return {"logged": out["logged"], "state": learner_state(learner),
+            "ring": out["ring"]._storage.clone()}  # noqa: SLF001
+
+
+def equal(a: dict, b: dict) -> dict[str, bool]:
+    """Two ``trained`` records compared bitwise."""
+    x, y = a["state"], b["state"]
+    return {"logged_equal": a["logged"] == b["logged"],
+            "state_equal": sorted(x) == sorted(y) and all(torch.equal(x[k], y[k]) for k in x),
+            "ring_equal": torch.equal(a["ring"], b["ring"])}
+
+
 def ring_problems(ring: DeviceReplayRing, recording: list) -> list[str]:
     """Every field of every stored step that differs from the recorded env transition (bitwise)."""
     steps = len(recording) - 1
@@ -280,21 +299,15 @@ def mode_host_ahead(args: argparse.Namespace) -> dict:
             learner.stage_deferred_metrics = lambda learner=learner: SimpleNamespace(  # type: ignore[method-assign]
                 read=learner.read_deferred_metrics)
         out = train(env, learner, DeviceReplayRing, iterations=30, log_dir=f"{args.log_dir}/{host_ahead}",
-                    replay_buffer_n=8, batch_size=32, learning_starts=2, updates_per_step=2, policy_frequency=1,
-                    env_steps_per_sync=1, host_ahead=host_ahead)
+                    host_ahead=host_ahead, **SCHEDULE)
         env.close()
-        runs[host_ahead] = {"logged": out["logged"], "state": learner_state(learner),
-                            "ring": out["ring"]._storage.clone(),  # noqa: SLF001
-                            "syncs": out["summary"]["host_syncs_per_iteration"]}
+        runs[host_ahead] = {**trained(out, learner), "syncs": out["summary"]["host_syncs_per_iteration"]}
     ahead, behind = runs[True], runs[False]
-    a, b = ahead["state"], behind["state"]
     return {"iterations": [row["iteration"] for row in ahead["logged"]],
             "rewards_logged": sum(row["reward"] is not None for row in ahead["logged"]),
-            "logged_equal": ahead["logged"] == behind["logged"],
+            **equal(ahead, behind),
             "first_logged_difference": next((x["iteration"] for x, y in zip(ahead["logged"], behind["logged"])
                                              if x != y), None),
-            "state_equal": sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a),
-            "ring_equal": torch.equal(ahead["ring"], behind["ring"]),
             "host_syncs_per_iteration": [ahead["syncs"], behind["syncs"]]}
 
 
@@ -314,23 +327,14 @@ def mode_env_step_early(args: argparse.Namespace) -> dict:
             env.step = shifted  # type: ignore[method-assign]
         learner = small_learner(env, device="cuda", finite_guard=True)
         out = train(env, learner, DeviceReplayRing, iterations=30, log_dir=f"{args.log_dir}/{label}",
-                    replay_buffer_n=8, batch_size=32, learning_starts=2, updates_per_step=2, policy_frequency=1,
-                    env_steps_per_sync=1, env_step_early=early)
+                    env_step_early=early, **SCHEDULE)
         env.close()
-        runs[label] = {"logged": out["logged"], "state": learner_state(learner),
-                       "ring": out["ring"]._storage.clone(),  # noqa: SLF001
-                       "manifest": out["manifest"]}
-
-    def same(a: dict, b: dict) -> dict:
-        x, y = a["state"], b["state"]
-        return {"logged_equal": a["logged"] == b["logged"],
-                "state_equal": sorted(x) == sorted(y) and all(torch.equal(x[k], y[k]) for k in x),
-                "ring_equal": torch.equal(a["ring"], b["ring"])}
+        runs[label] = {**trained(out, learner), "manifest": out["manifest"]}
 
     return {"device": torch.cuda.get_device_name(cuda),
             "env_step_before_batch_gather": {k: v["manifest"]["env_step_before_batch_gather"] for k, v in runs.items()},
-            "early_vs_after_gather": same(runs["early"], runs["after-gather"]),
-            "early_vs_early_again": same(runs["early"], runs["early-again"])}
+            "early_vs_after_gather": equal(runs["early"], runs["after-gather"]),
+            "early_vs_early_again": equal(runs["early"], runs["early-again"])}
 
 
 def mode_checkpoint(args: argparse.Namespace) -> dict:

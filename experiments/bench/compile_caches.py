@@ -23,6 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from offline.bytecode import is_current  # noqa: E402  (the setup's own staleness check)
+
 #: The caches, in the order the report lists them.
 CACHES = ("inductor", "triton", "compile_artifacts", "torch_extensions", "warp_kernels", "cuda_driver",
           "python_bytecode")
@@ -109,9 +112,6 @@ def bytecode(env: Mapping[str, str], torch_dir: Path) -> dict[str, Any]:
     """How many of ``torch._dynamo``'s and ``torch._inductor``'s top-level modules have current bytecode where a
     trainer started with ``env`` looks for it (Python's own timestamp or hash check, scripts/offline/bytecode.py)."""
     import importlib.util
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    from offline.bytecode import is_current
 
     prefix = env.get("PYTHONPYCACHEPREFIX") or None
     saved = sys.pycache_prefix

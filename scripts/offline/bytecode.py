@@ -66,7 +66,8 @@ def host_roots(private_site: Path | None) -> list[Path]:
 
 
 def is_current(source: Path, cached: str) -> bool:
-    """Python's timestamp check: the ``.pyc`` header records the source's mtime and size."""
+    """Python's own check of a ``.pyc``: its header records the source's mtime and size (or, hash-based, the
+    source's hash)."""
     try:
         with open(cached, "rb") as handle:
             header = handle.read(16)
@@ -97,13 +98,9 @@ def _compile_chunk(paths: list[str]) -> tuple[int, int, int, int, str]:
             py_compile.compile(name, cfile=cached, doraise=True,
                                invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
             compiled += 1
-        except py_compile.PyCompileError as exc:
-            if isinstance(exc.exc_value, OSError):
-                unwritable += 1
-                example = example or cached
-            else:
-                not_source += 1
-        except (OSError, ValueError):
+        except py_compile.PyCompileError:
+            not_source += 1
+        except OSError:
             unwritable += 1
             example = example or cached
     return compiled, current, not_source, unwritable, example
@@ -123,19 +120,15 @@ def compile_roots(roots: list[Path], workers: int | None = None) -> Compiled:
     chunks = [files[i:i + _CHUNK] for i in range(0, len(files), _CHUNK)]
     workers = max(1, min(workers or os.cpu_count() or 1, len(chunks) or 1))
     if workers == 1:
-        outcomes = map(_compile_chunk, chunks)
+        outcomes = [_compile_chunk(chunk) for chunk in chunks]
     else:
-        pool = ProcessPoolExecutor(max_workers=workers)
-        outcomes = pool.map(_compile_chunk, chunks)
-    try:
-        for compiled, current, not_source, unwritable, example in outcomes:
-            result.compiled += compiled
-            result.current += current
-            result.not_source += not_source
-            result.unwritable += unwritable
-            result.unwritable_example = result.unwritable_example or example
-    finally:
-        if workers > 1:
-            pool.shutdown()
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            outcomes = list(pool.map(_compile_chunk, chunks))
+    for compiled, current, not_source, unwritable, example in outcomes:
+        result.compiled += compiled
+        result.current += current
+        result.not_source += not_source
+        result.unwritable += unwritable
+        result.unwritable_example = result.unwritable_example or example
     result.seconds = time.perf_counter() - started
     return result
