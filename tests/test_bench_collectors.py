@@ -167,10 +167,10 @@ def test_device_collector_on_cpu_mujoco_is_refused_in_one_line_before_cuda(tmp_p
     assert "CUDA is required" in _one_line_refusal(proc, "benchmark_flashsac_training")
     # The references have the host collector only, and a CPU smoke run of the host collector is refused.
     assert "only the host collector" in str(bench_configs.refusal("baseline-1.3.2", "mujoco", "device"))
-    # Compile behind is a switch of the device collector's runner: with the host collector it is refused.
-    assert "compile-behind runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
-        "compile-behind", "mjwarp", "host")
-    assert bench_configs.refusal("compile-behind", "mjwarp", "device") is None
+    # Compile behind runs with either collector; the environment-only configurations stay MuJoCo Warp's.
+    assert [bench_configs.refusal("compile-behind", *run) for run in (("mujoco", "host"), ("mjwarp", "host"),
+                                                                       ("mjwarp", "device"))] == [None] * 3
+    assert "runs on mjwarp only (SIM=mjwarp)" in str(bench_configs.refusal("warp-lazy-build", "mujoco", "host"))
     with pytest.raises(bench_env.BenchSetupError, match="--cpu-smoke runs the device collector only"):
         bench_options.require_runnable(bench_options.parse_args(["--backend", "mjwarp", "--cpu-smoke"]))
 
@@ -199,6 +199,9 @@ def test_the_trainer_records_name_the_collector_and_a_mismatch_fails_the_run() -
     assert device["error"] is None and device["run_summary"]["compile_behind"] == swap
     host = bench_records.collector_record("host", {"collector": None, "pid": 1}, {"status": "completed"})
     assert (host["collector"], host["run_summary"], host["error"]) == ("host", None, None)
+    behind = bench_records.collector_record("host", {"collector": None, "pid": 1},
+                                            {"status": "completed", "compile_behind": swap})
+    assert behind["run_summary"] == {"compile_behind": swap} and behind["error"] is None
     assert bench_records.collector_record("host", {}, None)["collector"] == "host"  # logged nothing: as asked
     # Control: asked for the device collector, the learner's manifest names none (the host runner ran).
     wrong = bench_records.collector_record("device", {"collector": None, "pid": 1}, None)

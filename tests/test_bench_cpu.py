@@ -525,8 +525,8 @@ def test_throughput_table_reads_wall_and_phases_per_setting() -> None:
     assert float(up[14]) == pytest.approx(wall / 5.0, abs=0.005)
     assert up[16] == "1.00×"
     assert rows[("upstream unilab-rl 1.4.0 compile_full_objectives", "2/1/1")][15] == "50.0%"  # half the baseline's wall
-    assert ("patched defaults (tree config)", "unilab-default 2/1/1") in rows  # its own column, not mixed with report's
-    assert rows[("patched defaults (tree config)", "unilab-default 2/1/1")][15] == "–"  # no 1.3.2 run at that setting
+    assert ("patched defaults, compiled before tick 0", "unilab-default 2/1/1") in rows  # its own column, not mixed with report's
+    assert rows[("patched defaults, compiled before tick 0", "unilab-default 2/1/1")][15] == "–"  # no 1.3.2 run at that setting
 
 
 # ------------------------------------------------------------------ README and docs tables come from results/

@@ -12,7 +12,14 @@
   without a warm-up, a real helper process warms the learner's twin up, the swap happens at an iteration
   boundary, the summary records it, and the final checkpoint is bitwise the one of the same run without
   compile behind (on the CPU the configured whole-cycle graph falls back to the per-update path in both
-  runs). ``compile_behind`` with the host collector is a one-line error.
+  runs); the tree's default (``auto``) starts no helper on the CPU.
+- ``training.compile_behind``: ``auto`` is on with one rank on a CUDA device only, ``true`` with data-parallel
+  ranks and a value that is none of auto/true/false are one-line errors.
+- The host collector's wait for each action does not count a pause the learner announced (its warm-up, the
+  swap), however long; without the announcement the same wait times out (the control).
+
+The host collector's runner needs a CUDA device for its replay pipeline, so its compile-behind start and swap
+run on the GPU only (``experiments/device/device_evidence.sh``); the swap itself is the learner's, checked above.
 """
 
 from __future__ import annotations
@@ -283,10 +290,9 @@ def _train(tree: tuple[Path, Path], log_dir: Path, *extra: str) -> subprocess.Co
 # also the default suite's, on the learner itself (test_a_swap_at_an_iteration_boundary_carries_the_learner_exactly)
 def test_unilab_trains_with_compile_behind_and_ends_where_the_warmed_run_ends(tree: tuple[Path, Path],
                                                                                 tmp_path: Path) -> None:
-    behind, warmed, host = side_by_side(
+    behind, warmed = side_by_side(
         lambda: _train(tree, tmp_path / "behind", *DEVICE, "training.compile_behind=true"),
-        lambda: _train(tree, tmp_path / "warmed", *DEVICE),
-        lambda: _train(tree, tmp_path / "host", "training.compile_behind=true"),
+        lambda: _train(tree, tmp_path / "warmed", *DEVICE),  # the tree's auto: off on the CPU
     )
     assert behind.returncode == 0, behind.stderr[-4000:]
     assert warmed.returncode == 0, warmed.stderr[-4000:]
@@ -301,8 +307,73 @@ def test_unilab_trains_with_compile_behind_and_ends_where_the_warmed_run_ends(tr
     groups = ("actor", "critic", "target_critic", "temperature")
     differ = [f"{g}.{k}" for g in groups for k, v in a[g].items() if not torch.equal(v, b[g][k])]
     assert differ == [] and a["update_count"] == b["update_count"] == 300, differ[:5]
-    # The host collector warms up before tick 0: asking it to compile behind is refused in one line.
-    assert host.returncode != 0
-    assert "ValueError: training.compile_behind=true needs training.collector=device" in host.stderr.splitlines()
     print(f"compile behind: swap at iteration {record['swap_iteration']}, helper {record['helper_s']:.1f} s, "
           f"pause {record['swap_pause_s']:.1f} s")
+
+
+SWITCH = """
+import json
+from omegaconf import OmegaConf
+from unilab.scripts.train_offpolicy import compile_behind_switch
+
+def resolve(value, world_size, device):
+    cfg = OmegaConf.create({"training": {} if value is None else {"compile_behind": value}})
+    try:
+        return compile_behind_switch(cfg, world_size=world_size, device=device)
+    except ValueError as exc:
+        return str(exc)
+
+cases = [("auto", 1, "cuda:0"), ("auto", 1, "cpu"), ("auto", 2, "cuda:1"), (None, 1, "cuda"), (True, 1, "cpu"),
+         (True, 2, "cuda:0"), (False, 1, "cuda:0"), ("maybe", 1, "cuda:0")]
+print(json.dumps([resolve(*case) for case in cases]))
+"""
+
+
+def test_compile_behind_is_on_by_default_with_one_rank_on_cuda_and_bad_values_are_refused(
+        patched_unilab_root: Path, patched_uni_rl_root: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=f"{patched_uni_rl_root}{os.pathsep}{patched_unilab_root / 'src'}")
+    proc = subprocess.run([sys.executable, "-c", SWITCH], env=env, capture_output=True, text=True, timeout=240,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    auto_cuda, auto_cpu, auto_ranks, unset, true_cpu, true_ranks, false, bad = json.loads(proc.stdout.splitlines()[-1])
+    assert (auto_cuda, auto_cpu, auto_ranks, unset, true_cpu, false) == (True, False, False, True, True, False)
+    assert true_ranks == ("training.compile_behind=true runs on one rank, not 2 data-parallel ranks (their swaps to "
+                          "the compiled paths would not be agreed)")
+    assert bad == "training.compile_behind='maybe': expected auto, true or false"
+    config = (patched_unilab_root / "src/unilab/conf/flashsac/config.yaml").read_text()
+    assert "\n  compile_behind: auto\n" in config
+
+
+BUSY_WAIT = """
+import threading, time
+from multiprocessing import get_context
+from uni_rl.offpolicy.worker import _wait_for_inference_tick
+
+ctx = get_context("spawn")
+
+def wait(announced):
+    busy, stop, answers = ctx.Event(), ctx.Event(), ctx.Queue()
+    def learner():
+        if announced:
+            busy.set()
+        time.sleep(1.5)  # five times the wait's timeout
+        busy.clear()
+        answers.put(7)
+    threading.Thread(target=learner, daemon=True).start()
+    start = time.monotonic()
+    try:
+        got = _wait_for_inference_tick(answers, 7, stop, timeout=0.3, learner_busy=busy)
+    except TimeoutError as exc:
+        got = str(exc)
+    return got, round(time.monotonic() - start, 2)
+
+print(json.dumps({"announced": wait(True), "unannounced": wait(False)}))
+"""
+
+
+def test_the_collector_does_not_count_a_pause_the_learner_announced(patched_uni_rl_root: Path) -> None:
+    result = run_snippet(patched_uni_rl_root, BUSY_WAIT)
+    answered, waited = result["announced"]
+    assert answered is True and waited >= 1.4, result
+    message, waited = result["unannounced"]  # the control: the same pause, not announced, times out
+    assert message == "Timed out waiting for off-policy inference tick 7" and waited < 1.0, result

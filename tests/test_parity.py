@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def test_negative_control_is_the_tree_schedule_divided_by_ten(runnable_tree_conf
     assert config.source == "overlay" and config.switches == ()
     assert config.overrides == ("algo.algo_params.learning_rate_init=3e-05",
                                 "algo.algo_params.learning_rate_peak=3e-05",
-                                "algo.algo_params.learning_rate_end=1.5e-05")
+                                "algo.algo_params.learning_rate_end=1.5e-05", "training.compile_behind=false")
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +141,8 @@ def test_committed_ttr_rows_come_from_the_runs() -> None:
     threshold = time_to_reward.threshold_from_parity(PARITY_TTR / "parity")
     runs = bench_report.load_runs(PARITY_TTR / "ttr")
     rows = {r["arm"]: r for r in time_to_reward.arm_rows(runs, threshold)}
-    assert set(rows) == set(time_to_reward.ARMS) and all(r["cpus"] == 5 for r in rows.values())
+    assert set(rows) == {"baseline-1.3.2", "upstream-1.4.0", "patched-default"}
+    assert all(r["cpus"] == 5 for r in rows.values())
     upstream = next(r for r in runs if r["config"] == "upstream-1.4.0")
     lost = upstream["earlier_attempts"][0]["wall_s"]
     assert rows["upstream-1.4.0"]["minutes"] * 60 == pytest.approx(
@@ -148,6 +150,22 @@ def test_committed_ttr_rows_come_from_the_runs() -> None:
     # a threshold no run reaches gives "never", not a time
     never = time_to_reward.arm_rows(runs, threshold=1e6)
     assert all(r["minutes"] is None for r in never) and "| never |" in time_to_reward.markdown(never, 1e6)
+
+
+def test_a_later_ttr_study_keeps_the_earlier_threshold(tmp_path: Path) -> None:
+    """A TTR folder without a sibling parity/ takes the parity runs its ttr.json names; the compile-behind study's
+    rows come from its runs (control: a copy without ttr.json has no threshold and fails in one line)."""
+    later = PROJECT / "results" / "2026-12-04-h200-host-compile-behind" / "ttr"
+    assert time_to_reward.parity_folder_of(later) == PARITY_TTR / "parity"
+    threshold = time_to_reward.threshold_from_parity(PARITY_TTR / "parity")
+    rows = {r["arm"]: r for r in time_to_reward.arm_rows(bench_report.load_runs(later), threshold)}
+    assert set(rows) == set(time_to_reward.STUDY_ARMS) and all(r["cpus"] == 5 for r in rows.values())
+    assert rows["compile-behind"]["minutes"] < 0.6 * rows["baseline-1.3.2"]["minutes"] < rows["patched-default"]["minutes"]
+    assert f"| {rows['compile-behind']['minutes']:.2f} |" in time_to_reward.table(later)
+    copy = tmp_path / "study" / "ttr"
+    shutil.copytree(later / "runs", copy / "runs")
+    with pytest.raises(FileNotFoundError, match="ttr.json"):
+        time_to_reward.table(copy)
 
 
 def test_sim_training_table_compares_the_physics_of_the_runs(tmp_path: Path) -> None:

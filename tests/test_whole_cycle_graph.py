@@ -73,6 +73,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 params = composed.algo.algo_params
                 chosen[name] = (params[SWITCH], params[inference])
                 assert composed.training.learner_reserved_cpus == (1 if name == "collector-pinned" else 0)
+                # The bench compiles every configuration but compile-behind before tick 0 (the tree: auto).
                 assert composed.training.compile_behind is (name == "compile-behind")
                 assert composed.training.device_env_stream == ("warp" if name == "device-env-warp-stream" else "own")
                 assert composed.training.logger == ("no_print" if name == "logging-off" else "tensorboard")

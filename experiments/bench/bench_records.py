@@ -212,13 +212,13 @@ def collector_record(requested: str, meta: dict[str, Any], summary: dict[str, An
     run that logged iterations without a name ran the host collector. A run that logged nothing is recorded
     under the collector it asked for. ``run_summary`` is what the trainer wrote in run_summary.json (collector,
     host syncs per iteration and phases over all iterations, and with compile behind the swap's record: helper
-    seconds and exit code, swap iteration, pause); the host path writes none of these.
+    seconds and exit code, swap iteration, pause); the host path writes only the swap's record.
     """
     asked = bench_configs.COLLECTORS[requested].recorded
     recorded = meta.get("collector") or ("host" if meta else asked)
     keys = ("collector", "host_syncs_per_iteration", "collector_phases_ms")
     whole = {k: summary.get(k) for k in keys} if summary and summary.get("collector") else None
-    if whole is not None and "compile_behind" in summary:
-        whole["compile_behind"] = summary["compile_behind"]
+    if summary and "compile_behind" in summary:
+        whole = {**(whole or {}), "compile_behind": summary["compile_behind"]}
     error = None if recorded == asked else f"asked for the {asked} collector, the trainer ran the {recorded} one"
     return {"collector": recorded, "collector_requested": asked, "run_summary": whole, "error": error}
