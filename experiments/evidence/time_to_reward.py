@@ -6,7 +6,8 @@ unilab-rl 1.3.2, upstream 1.4.0, patched defaults), from the same runs:
 
 * **Threshold** (fixed before the runs): ``THRESHOLD_FRACTION`` (80 %) of the baseline's plateau, the mean over
   the parity check's baseline seeds of their final-window reward (the runs of ``--parity``, by default the
-  TTR folder's sibling ``parity/``).
+  TTR folder's sibling ``parity/``; another study's parity folder is recorded in ttr.json, relative to the
+  results folder, so that a later study keeps the threshold fixed before it).
 * **Reached**: the first iteration whose trailing mean over ``SMOOTHING`` (50) logged rewards is at or above the
   threshold; its time is the run's own clock (``rows_all[].wall_s``: seconds since the trainer process started,
   so the cold start and compile a user waits through are included).
@@ -38,7 +39,11 @@ from bench_configs import CONFIGS  # noqa: E402
 
 PROG = "time_to_reward"
 BASELINE = bench_parity.BASELINE
-ARMS = (BASELINE, "upstream-1.4.0", "patched-default")
+#: Every arm a TTR table shows, in its order.
+ARMS = (BASELINE, "upstream-1.4.0", "patched-default", "compile-behind")
+#: The arms a study runs (``--list-arms``): three, each on its own 5 of a 16-core machine's cores. The learner
+#: compiled before tick 0 and compiled behind (the default with one CUDA rank); upstream 1.4.0's is committed.
+STUDY_ARMS = (BASELINE, "patched-default", "compile-behind")
 THRESHOLD_FRACTION = 0.8
 SMOOTHING = 50
 
@@ -136,9 +141,18 @@ def plot(runs: Sequence[dict[str, Any]], threshold: float, folder: Path) -> None
         plt.close(fig)
 
 
+def parity_folder_of(folder: Path) -> Path:
+    """The parity runs that fix a TTR folder's threshold: its sibling ``parity/``, else the one its ttr.json names."""
+    sibling = folder.parent / "parity"
+    if sibling.is_dir():
+        return sibling
+    recorded = json.loads((folder / "ttr.json").read_text(encoding="utf-8"))["parity_folder"]
+    return folder.parents[1] / recorded
+
+
 def table(folder: Path) -> str:
-    """The time-to-reward table of a TTR folder, threshold from its sibling ``parity/`` (readme_tables ``ttr``)."""
-    threshold = threshold_from_parity(folder.parent / "parity")
+    """The time-to-reward table of a TTR folder, threshold from its parity runs (readme_tables ``ttr``)."""
+    threshold = threshold_from_parity(parity_folder_of(folder))
     return markdown(arm_rows(bench_report.load_runs(folder), threshold), threshold)
 
 
@@ -147,8 +161,10 @@ def write_report(folder: Path, parity_folder: Path) -> dict[str, Any]:
     threshold = threshold_from_parity(parity_folder)
     runs = bench_report.load_runs(folder)
     rows = arm_rows(runs, threshold)
+    sibling = parity_folder.resolve() == (folder.parent / "parity").resolve()
+    recorded = parity_folder.name if sibling else str(parity_folder.resolve().relative_to(folder.resolve().parents[1]))
     report = {"threshold": threshold, "threshold_fraction": THRESHOLD_FRACTION, "smoothing": SMOOTHING,
-              "parity_folder": parity_folder.name, "rows": rows}
+              "parity_folder": recorded, "rows": rows}
     (folder / "ttr.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (folder / "ttr.md").write_text(markdown(rows, threshold) + "\n", encoding="utf-8")
     plot(runs, threshold, folder)
@@ -163,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(default: FOLDER/../parity)")
     args = p.parse_args(argv)
     if args.list_arms:
-        print(",".join(ARMS))
+        print(",".join(STUDY_ARMS))
         return 0
     if args.folder is None:
         p.error("give the TTR folder")
