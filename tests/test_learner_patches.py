@@ -531,7 +531,7 @@ def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_
     """0014: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool.
 
     The pool itself is run here. That the runner's warm-up enters it stays a source check
-    of ``_warm_up_learner`` (GPU-only behaviour): the runner refuses a CPU learner device,
+    of ``_learner_warm_up`` (GPU-only behaviour): the runner refuses a CPU learner device,
     and on CPU the learner turns ``use_compile`` off, so the warm-up returns before it
     would compile anything; the H200 runs log its compile workers at the warm-up.
     """
@@ -556,7 +556,7 @@ def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_
             "not_narrowed": [narrow[0], inductor_config.compile_threads],
             "runner_uses_it": "with wide_compile_pool()" in inspect.getsource(double_buffer_runner.warm_up_learner)
                 and all("warm_up_learner(" in inspect.getsource(method) for method in (
-                    double_buffer_runner.DoubleBufferOffPolicyRunner._warm_up_learner,
+                    double_buffer_runner.DoubleBufferOffPolicyRunner._learner_warm_up,
                     device_runner.DeviceCollectorRunner._learn)),
         }))
         """,
