@@ -15,6 +15,8 @@ test asserts on its own.
    each would be a sync on CUDA that breaks the step's CUDA graph. Control: a 0-d tensor index is found.
 4. A task term without a torch twin is refused with one line.
 5. The GPU evidence folder's README is generated from its JSONs.
+6. The count of a step's torch operations by env method (``--mode ops``) adds up, and each part is where its work
+   is. Control: with one reward term removed, the reward's count drops and no other part's moves.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def check(tree: tuple[Path, Path], *args: str) -> tuple[int, dict, str]:
 
 TWIN_MISSING = ("+reward.penalty_lin_vel_z={func: unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z,"
                 " weight: -1.0, params: {sensor_name: pelvis_local_linvel}}")
+OPS = ("--mode", "ops", "--num-envs", "16", "--steps", "2")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "120"),
@@ -70,12 +73,19 @@ CHECKS = {
     "test_a_0d_tensor_index_is_a_host_read": ("--mode", "host-reads", "--num-envs", "16", "--steps", "3",
                                               "--broken-index"),
 }
+#: Tests whose run is two checks, one after the other (a count and its control).
+PAIRED = {
+    "test_the_steps_torch_operations_are_counted_by_env_method": (OPS, (*OPS, "--override", "~reward.penalty_feet_ori")),
+}
 
 
 @pytest.fixture(scope="module")
 def checks(request: pytest.FixtureRequest, tree: tuple[Path, Path]) -> Iterator[SideBySide]:
-    runs = SideBySide(request).start({name: functools.partial(check, tree, *args)
-                                      for name, args in CHECKS.items()})
+    def paired(first: tuple[str, ...], second: tuple[str, ...]) -> tuple:
+        return check(tree, *first), check(tree, *second)
+
+    runs = SideBySide(request).start({**{name: functools.partial(check, tree, *args) for name, args in CHECKS.items()},
+                                      **{name: functools.partial(paired, *pair) for name, pair in PAIRED.items()}})
     yield runs
     runs.close()
 
@@ -155,3 +165,17 @@ def test_the_evidence_readme_is_generated_from_its_jsons(tmp_path: Path) -> None
     record.write_text(json.dumps(data))
     stale = subprocess.run([sys.executable, str(report), str(copy), "--check"], capture_output=True, text=True)
     assert stale.returncode == 1 and "disagrees with its JSONs" in stale.stderr
+
+
+def test_the_steps_torch_operations_are_counted_by_env_method(checks: SideBySide, request: pytest.FixtureRequest) -> None:
+    (rc, counted, err), (rc_control, control, err_control) = checks.result(request)
+    assert rc == rc_control == 0, (err[-3000:], err_control[-3000:])
+    parts = counted["compute_ops_per_step_by_part"]
+    assert sum(parts.values()) == counted["compute_ops_per_step"] > 300 and counted["views_per_step"] > 0
+    # Every part of the step runs torch work, the reset path's every step over every env.
+    assert all(parts.get(part, 0) > 0 for part in ("_reward", "_observe", "_reset_rows", "_reset_state",
+                                                   "_resample_command", "_update_curriculum", "_terminate"))
+    assert "outside the env's methods" not in parts
+    # Control: one reward term fewer lowers the reward's count, and only it.
+    moved = {part for part in parts if control["compute_ops_per_step_by_part"].get(part) != parts[part]}
+    assert moved == {"_reward"} and control["compute_ops_per_step_by_part"]["_reward"] < parts["_reward"]

@@ -24,6 +24,12 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 an index that is a 0-d or boolean tensor (read on the host), and tensors made from host data.
                 On the CPU these cost nothing, on CUDA each is a sync that breaks the step's graph: none may
                 occur. ``--broken-index`` puts back a 0-d tensor index in the height termination: it must fail.
+  ops           not a check but a count: the ATen operations of ``--steps`` eager env steps (own torch draws,
+                after one warm-up step), each under the innermost env method (``PARTS``) on the Python stack when
+                it runs, split into compute operations (on CUDA each launches at least one kernel into the
+                step's graph) and views (no kernel). The same on any device: run on the CPU it says where the
+                step's torch work is without a GPU. ``--override`` changes the env's config (a removed reward term
+                must lower the reward's count). Exit 0.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 when the device env refuses the task.
 """
@@ -31,14 +37,18 @@ Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 when the dev
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
+import platform
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402
@@ -238,9 +248,53 @@ def host_reads(args: argparse.Namespace) -> dict[str, Any]:
             "equal": not found}
 
 
+#: The device env's methods an ATen operation is counted under (the innermost one on the stack), in step order.
+PARTS = ("step", "_terminate", "_reward", "_advance_command", "_observe", "_reset_rows", "_update_curriculum",
+         "_reset_state", "_resample_command", "reset_rows", "forward_rows")
+
+
+class OpCount(TorchDispatchMode):
+    """Counts the ATen operations run inside it by env method (``PARTS``): compute operations and views apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.compute: collections.Counter[str] = collections.Counter()
+        self.views: collections.Counter[str] = collections.Counter()
+        self.by_op: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        names = [frame.name for frame in traceback.extract_stack(limit=48)]
+        part = next((name for name in reversed(names) if name in PARTS), "outside the env's methods")
+        view = any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+        (self.views if view else self.compute)[part] += 1
+        if not view:
+            self.by_op[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops(args: argparse.Namespace) -> dict[str, Any]:
+    dev = make_device_env(args.num_envs, args.seed, tuple(args.override), numpy_draws=False, graph=False)
+    dev.reset()
+    actions = torch.rand((args.steps + 1, args.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
+    actions = (actions * 2 - 1).to(dev.device)
+    dev.step(actions[0])
+    count = OpCount()
+    with count:
+        for t in range(1, args.steps + 1):
+            dev.step(actions[t])
+    per_step = {part: count.compute[part] / args.steps for part in (*PARTS, "outside the env's methods")
+                if count.compute[part]}
+    return {"mode": "ops", "num_envs": args.num_envs, "steps": args.steps, "override": list(args.override),
+            "device": str(dev.device), "torch": torch.__version__, "python": platform.python_version(),
+            "compute_ops_per_step": sum(count.compute.values()) / args.steps,
+            "views_per_step": sum(count.views.values()) / args.steps, "compute_ops_per_step_by_part": per_step,
+            "most_frequent_ops": [[name, n / args.steps] for name, n in count.by_op.most_common(12)],
+            "equal": True}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads"), required=True)
+    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops"), required=True)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--episode-seconds", type=float, default=1.0,
@@ -249,11 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--action-seed", type=int, default=7)
     parser.add_argument("--perturb-reward", default=None)
     parser.add_argument("--perturb-kp", action="store_true")
-    parser.add_argument("--override", action="append", default=[], help="distribution: a Hydra override of the env")
+    parser.add_argument("--override", action="append", default=[],
+                        help="distribution, ops: a Hydra override of the env")
     parser.add_argument("--broken-index", action="store_true", help="host-reads: the negative control")
     args = parser.parse_args(argv)
     try:
-        result = {"parity": parity, "distribution": distribution, "host-reads": host_reads}[args.mode](args)
+        result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops}[args.mode](args)
     except ValueError as exc:  # a task the device env refuses: its one-line reason
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2

@@ -65,6 +65,24 @@ def kernel_split_table(folder: Path) -> str:
     return "\n".join(rows)
 
 
+def op_count_table(folder: Path) -> str:
+    """Where a device env step's torch work is (``device_env_check.py --mode ops``): its compute operations per
+    step by env method (on CUDA each launches at least one kernel into the step's graph), one column per record."""
+    records = [(name, data) for name, data in _load(sorted(folder.glob("*.json"))) if data.get("mode") == "ops"]
+    parts = list(dict.fromkeys(part for _, data in records for part in data["compute_ops_per_step_by_part"]))
+    head = " | ".join(f"{data['num_envs']} envs ({data['device']})" for _, data in records)
+    rows = [f"| compute operations per step | {head} | share |", "|---" * (len(records) + 2) + "|"]
+    first = records[0][1] if records else {}
+    for part in parts:
+        values = " | ".join(f"{data['compute_ops_per_step_by_part'].get(part, 0):.0f}" for _, data in records)
+        share = first["compute_ops_per_step_by_part"].get(part, 0) / first["compute_ops_per_step"]
+        rows.append(f"| `{part}` | {values} | {100 * share:.0f} % |")
+    totals = " | ".join(f"**{data['compute_ops_per_step']:.0f}**" for _, data in records)
+    views = " | ".join(f"{data['views_per_step']:.0f}" for _, data in records)
+    rows += [f"| all | {totals} | 100 % |", f"| views (no kernel), not counted above | {views} | |"]
+    return "\n".join(rows)
+
+
 def determinism_lines(records: list[tuple[str, dict[str, Any]]]) -> str:
     lines = []
     for name, data in records:
