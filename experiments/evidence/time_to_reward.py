@@ -2,7 +2,8 @@
 """Time to reward: wall-clock minutes from launch until a run's reward first reaches a threshold fixed in advance.
 
 The headline a user wants is not milliseconds per iteration but how soon the policy is good. Per arm (unpatched
-unilab-rl 1.3.2, upstream 1.4.0, patched defaults), from the same runs:
+unilab-rl 1.3.2, upstream 1.4.0, the patched defaults compiled before tick 0 and compiled behind), from the same
+runs:
 
 * **Threshold** (fixed before the runs): ``THRESHOLD_FRACTION`` (80 %) of the baseline's plateau, the mean over
   the parity check's baseline seeds of their final-window reward (the runs of ``--parity``, by default the
