@@ -39,9 +39,10 @@
 #           unilab-default 20) and a resumed run ends at twice that; PREEMPTION_FAULTS (all) names some of the
 #           matrix's faults (e.g. resume). Results in $work/preemption-<setting>/ (checkpoints stay on the machine).
 #   start   a fresh machine's start, side by side: for START_ROUNDS (2) rounds, alternating, each config of
-#           START_CONFIGS (patched-default compile-behind) at each setting of START_SETTINGS (report) on MJWarp
-#           with the device collector, START_ITERATIONS (1000) each, one after another on GPU 0, every run with
-#           empty Inductor, Triton, compile-artifact, Warp kernel and CUDA driver caches; START_WARP_KERNELS=1 seeds
+#           START_CONFIGS (patched-default compile-behind) at each setting of START_SETTINGS (report) on START_SIM
+#           (mjwarp) with START_COLLECTOR (device; mujoco needs host, as baseline-1.3.2 does), START_ITERATIONS
+#           (1000) each, one after another on GPU 0, every run with empty Inductor, Triton, compile-artifact, torch
+#           extension, Warp kernel and CUDA driver caches; START_WARP_KERNELS=1 seeds
 #           each run's Warp kernel cache from the wheelhouse's warp-kernels/ (what `make setup OFFLINE=` puts into
 #           a host's cache). The run JSONs (launch to first iteration, the swap's record, wall per iteration) in
 #           $work/start/.
@@ -227,9 +228,10 @@ for mode in "$@"; do
           caches=$(mktemp -d)
           [ "'"${START_WARP_KERNELS:-0}"'" = 1 ] && mkdir -p $caches/warp && cp -r .whl/warp-kernels/. $caches/warp/
           TORCHINDUCTOR_CACHE_DIR=$caches/inductor TRITON_CACHE_DIR=$caches/triton WARP_CACHE_PATH=$caches/warp \
-            CUDA_CACHE_PATH=$caches/nv \
+            CUDA_CACHE_PATH=$caches/nv TORCH_EXTENSIONS_DIR=$caches/ext \
             FLASHSAC_COMPILE_CACHE_DIR=$caches/artifacts python3 experiments/bench/benchmark_flashsac_training.py \
-            --unilab-root "'"$tree"'" --setting "$setting" --config "$config" --backend mjwarp --collector device \
+            --unilab-root "'"$tree"'" --setting "$setting" --config "$config" \
+            --backend "'"${START_SIM:-mjwarp}"'" --collector "'"${START_COLLECTOR:-device}"'" \
             --iterations "'"${START_ITERATIONS:-1000}"'" --live-panel never --run-dir "$caches/run" \
             --output "'"$work"'/start/$setting-$config-round$round.json"; echo "$run: exit $?"
           rm -rf "$caches"
