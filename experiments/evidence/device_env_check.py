@@ -225,6 +225,17 @@ class HostReads(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def step_under(dev: Any, mode: Any, steps: int) -> None:
+    """Reset, one warm-up step (as before the step's CUDA graph is recorded), then ``steps`` seeded steps in ``mode``."""
+    dev.reset()
+    actions = torch.rand((steps + 1, dev.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
+    actions = (actions * 2 - 1).to(dev.device)
+    dev.step(actions[0])
+    with mode:
+        for t in range(1, steps + 1):
+            dev.step(actions[t])
+
+
 def host_reads(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False)
     if args.broken_index:
@@ -235,14 +246,8 @@ def host_reads(args: argparse.Namespace) -> dict[str, Any]:
 
         dev._terminations = [(height if twin is terms.root_height_below_minimum else twin, params, time_out)  # noqa: SLF001
                              for twin, params, time_out in dev._terminations]  # noqa: SLF001
-    dev.reset()
-    actions = torch.rand((args.steps + 1, args.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
-    actions = (actions * 2 - 1).to(dev.device)
-    dev.step(actions[0])
     mode = HostReads()
-    with mode:
-        for t in range(1, args.steps + 1):
-            dev.step(actions[t])
+    step_under(dev, mode, args.steps)
     found = sorted(set(mode.found))
     return {"mode": "host-reads", "steps": args.steps, "host_reads": found, "calls": len(mode.found),
             "equal": not found}
@@ -274,14 +279,8 @@ class OpCount(TorchDispatchMode):
 
 def ops(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, tuple(args.override), numpy_draws=False, graph=False)
-    dev.reset()
-    actions = torch.rand((args.steps + 1, args.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
-    actions = (actions * 2 - 1).to(dev.device)
-    dev.step(actions[0])
     count = OpCount()
-    with count:
-        for t in range(1, args.steps + 1):
-            dev.step(actions[t])
+    step_under(dev, count, args.steps)
     per_step = {part: count.compute[part] / args.steps for part in (*PARTS, "outside the env's methods")
                 if count.compute[part]}
     return {"mode": "ops", "num_envs": args.num_envs, "steps": args.steps, "override": list(args.override),
