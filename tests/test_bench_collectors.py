@@ -121,10 +121,12 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
     assert (collector, sim) == ("device", "mujoco") and found.startswith("refused: training.collector=device")
 
 
-def test_the_device_env_stream_switch_reaches_the_factory_and_refuses_a_bad_value(tree: tuple[Path, Path]) -> None:
-    """``training.device_env_stream``: the tree's default passes the factory nothing (its env takes a stream of
-    its own), ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, anything else is a
-    one-line error (control: a typo is not taken for the default)."""
+def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: tuple[Path, Path]) -> None:
+    """``training.device_env_stream`` and ``training.device_env_sensors``: the tree's defaults pass the factory
+    nothing (its env takes a stream of its own and computes the sensors in the last substep only), ``warp`` (the
+    bench's device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep`` (the bench's
+    device-env-sensors-every-substep) for the sensors in every substep, anything else is a one-line error
+    (control: a typo is not taken for the default)."""
     root, overlay = tree
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
 
@@ -138,6 +140,10 @@ def test_the_device_env_stream_switch_reaches_the_factory_and_refuses_a_bad_valu
     assert kwargs() == "[]" and kwargs(*warp) == "[('own_stream', False)]"
     assert kwargs("training.device_env_stream=wrap") == (
         "refused: training.device_env_stream='wrap': expected 'own' or 'warp'")
+    every = [o for o in bench_configs.CONFIGS["device-env-sensors-every-substep"].overrides if "device_env_sensors" in o]
+    assert kwargs(*every) == "[('sensors_every_substep', True)]"
+    assert kwargs("training.device_env_sensors=last") == (
+        "refused: training.device_env_sensors='last': expected 'last_substep' or 'every_substep'")
     assert "device-env-warp-stream runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
         "device-env-warp-stream", "mjwarp", "host")
 

@@ -17,6 +17,9 @@ test asserts on its own.
 5. The GPU evidence folder's README is generated from its JSONs.
 6. The count of a step's torch operations by env method (``--mode ops``) adds up, and each part is where its work
    is. Control: with one reward term removed, the reward's count drops and no other part's moves.
+7. The physics' sensors computed in the last substep only (the default) leave every MuJoCo Warp array and every env
+   output bitwise as sensors in every substep do, over 40 steps with resets, with fewer kernel launches. Control:
+   with no sensors in the last substep either, the sensors and the observations differ at the first step.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def check(tree: tuple[Path, Path], *args: str) -> tuple[int, dict, str]:
 TWIN_MISSING = ("+reward.penalty_lin_vel_z={func: unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z,"
                 " weight: -1.0, params: {sensor_name: pelvis_local_linvel}}")
 OPS = ("--mode", "ops", "--num-envs", "16", "--steps", "2")
+SENSORS = ("--mode", "sensors", "--num-envs", "16", "--steps", "40", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "120"),
@@ -76,6 +80,8 @@ CHECKS = {
 #: Tests whose run is two checks, one after the other (a count and its control).
 PAIRED = {
     "test_the_steps_torch_operations_are_counted_by_env_method": (OPS, (*OPS, "--override", "~reward.penalty_feet_ori")),
+    "test_sensors_in_the_last_substep_only_leave_the_same_step": (SENSORS, ("--mode", "sensors", "--num-envs", "16",
+                                                                            "--steps", "2", "--broken-sensors")),
 }
 
 
@@ -179,3 +185,14 @@ def test_the_steps_torch_operations_are_counted_by_env_method(checks: SideBySide
     # Control: one reward term fewer lowers the reward's count, and only it.
     moved = {part for part in parts if control["compute_ops_per_step_by_part"].get(part) != parts[part]}
     assert moved == {"_reward"} and control["compute_ops_per_step_by_part"]["_reward"] < parts["_reward"]
+
+
+def test_sensors_in_the_last_substep_only_leave_the_same_step(checks: SideBySide, request: pytest.FixtureRequest) -> None:
+    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
+    assert rc == 0 and same["equal"] and same["first_difference_step"] == {}, (same, err[-3000:])
+    assert same["arrays_compared"] > 100 and "sensordata" not in same["unfilled_at_reset"] and same["done_rows"] > 0
+    launches = same["warp_launches_per_step"]
+    assert launches["last_substep"] < launches["every_substep"], launches
+    # Control: no sensors in the last substep either; the check sees it at once.
+    assert rc_control == 1 and not control["equal"], (control, err_control[-3000:])
+    assert control["first_difference_step"]["sensordata"] == 0 and control["first_difference_step"]["policy_obs"] == 0

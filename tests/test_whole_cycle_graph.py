@@ -79,6 +79,8 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 assert composed.training.logger == ("no_print" if name == "logging-off" else "tensorboard")
                 assert composed.training.collector_host_ahead is (name != "read-back-each-iteration")
                 assert composed.training.collector_env_step_early is (name != "env-step-after-gather")
+                assert composed.training.device_env_sensors == (
+                    "every_substep" if name == "device-env-sensors-every-substep" else "last_substep")
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
                 tree = dict(bench_configs.TREE_LEARNING_RATES)
                 scale = 0.1 if name == bench_configs.NEGATIVE_CONTROL else 1.0
@@ -97,6 +99,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "logging-off": (True, True),  # the default learner; no TensorBoard scalars
         "read-back-each-iteration": (True, True),  # the default learner; the host waits at each iteration's end
         "env-step-after-gather": (True, True),  # the default learner; the env step after the batch gather
+        "device-env-sensors-every-substep": (True, True),  # the default learner; sensors in every substep
         "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch
         "warp-build-ahead": (True, True),  # the default learner; MuJoCo Warp's core kernels built ahead
         bench_configs.NEGATIVE_CONTROL: (True, True),  # the default learner with learning rates ÷10

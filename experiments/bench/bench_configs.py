@@ -49,6 +49,8 @@ COLLECTOR_KEY = "training.collector"
 COMPILE_BEHIND_KEY = "training.compile_behind"
 #: The patched config's stream of the device env (unilab patch 0010): ``own`` (non-blocking) or ``warp``.
 DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
+#: The patched config's physics sensors of the device env (unilab patch 0015): ``last_substep`` or ``every_substep``.
+DEVICE_ENV_SENSORS_KEY = "training.device_env_sensors"
 #: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
 #: The patched config's start of the device env step beside the learner (unilab patch 0013): after the action, or
@@ -172,6 +174,12 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="the env step on MuJoCo Warp's own blocking stream, which synchronizes implicitly with "
                           "the learner's default stream (the stream before unilab 0010): compare with "
                           "patched-default for what the non-blocking stream gains"),
+        BenchConfig("device-env-sensors-every-substep", "patched defaults + the device env's sensors in every "
+                    "physics substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
+                    training=(("device_env_sensors", "every_substep"),), collectors=("device",),
+                    notes="MuJoCo Warp's step computes the sensors in each substep (the step before unilab 0015); "
+                          "the default computes them in the last substep only, with bitwise the same results: "
+                          "compare with patched-default for what the skipped sensor kernels gain"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),

@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402
-from device_env_check import TASK, make_device_env  # noqa: E402
+from device_env_check import TASK, make_device_env, versions  # noqa: E402
 
 
 
@@ -187,18 +187,6 @@ def profile_step(num_envs: int, steps: int, seed: int) -> dict[str, Any]:
     return {"num_envs": num_envs, "steps": steps, "physics_graph_ms": physics_ms, "eager_step_split": split,
             "top_kernels": [{"name": name[:120], "side": e["side"], "per_step": e["count"] / steps,
                              "gpu_us_per_step": e["us"] / steps} for name, e in top]}
-
-
-def versions() -> dict[str, str]:
-    from importlib.metadata import version
-
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("unilab", "unisim-core", "mujoco", "mujoco-warp", "warp-lang", "numpy"):
-        try:
-            out[name] = version(name)
-        except Exception:  # noqa: BLE001 - a version that cannot be read is recorded as such
-            out[name] = "unknown"
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,13 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 step's graph) and views (no kernel). The same on any device: run on the CPU it says where the
                 step's torch work is without a GPU. ``--override`` changes the env's config (a removed reward term
                 must lower the reward's count). Exit 0.
+  sensors       two device envs with the same torch draws and actions, one computing the physics' sensors in each
+                step's last substep only (the default), one in every substep (``sensors_every_substep``), step
+                ``--steps`` times; after every step each MuJoCo Warp data array and the env's outputs must be
+                bitwise equal (episodes of ``--episode-seconds``: resets within the run). Arrays that differ right after the reset are memory MuJoCo Warp allocates and does
+                not fill there (its constraint islands, off for this model): they are zeroed in both, listed, and
+                compared from then on like the rest. Also counts each env's Warp kernel launches per step.
+                ``--broken-sensors`` skips the sensors in the last substep too: it must fail.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 when the device env refuses the task.
 """
@@ -67,14 +74,14 @@ def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
 
 
 def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
-                    graph: bool = True) -> Any:
+                    graph: bool = True, sensors_every_substep: bool = False) -> Any:
     from unilab.envs.device import make_g1_walk_device_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
     override = build_offpolicy_env_cfg_override("flashsac", compose_cfg(num_envs, seed, overrides))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
-                                   graph=graph)
+                                   graph=graph, sensors_every_substep=sensors_every_substep)
 
 
 def perturb_reward(env: Any, term: str) -> None:
@@ -277,6 +284,27 @@ class OpCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def versions() -> dict[str, str]:
+    """The versions a check, count or bench ran with (its JSON records them under ``versions``)."""
+    from importlib.metadata import version
+
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for name in ("unilab", "unisim-core", "mujoco", "mujoco-warp", "warp-lang", "numpy"):
+        try:
+            out[name] = version(name)
+        except Exception:  # noqa: BLE001 - a version that cannot be read is recorded as such
+            out[name] = "unknown"
+    return out
+
+
+def series_sha256() -> str | None:
+    """The applied series' sha256, from the overlay's manifest (``make apply`` writes it), if there is one."""
+    import uni_rl
+
+    manifest = Path(uni_rl.__file__).resolve().parents[1] / "MANIFEST.json"
+    return json.loads(manifest.read_text(encoding="utf-8")).get("series_sha256") if manifest.is_file() else None
+
+
 def ops(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, tuple(args.override), numpy_draws=False, graph=False)
     count = OpCount()
@@ -284,20 +312,91 @@ def ops(args: argparse.Namespace) -> dict[str, Any]:
     per_step = {part: count.compute[part] / args.steps for part in (*PARTS, "outside the env's methods")
                 if count.compute[part]}
     return {"mode": "ops", "num_envs": args.num_envs, "steps": args.steps, "override": list(args.override),
-            "device": str(dev.device), "torch": torch.__version__, "python": platform.python_version(),
+            "device": str(dev.device), "versions": versions(), "series_sha256": series_sha256(),
             "compute_ops_per_step": sum(count.compute.values()) / args.steps,
             "views_per_step": sum(count.views.values()) / args.steps, "compute_ops_per_step_by_part": per_step,
             "most_frequent_ops": [[name, n / args.steps] for name, n in count.by_op.most_common(12)],
             "equal": True}
 
 
+def warp_arrays(dev: Any) -> dict[str, Any]:
+    """Every array of the env's MuJoCo Warp data, by field name."""
+    import warp as wp
+
+    data = dev.sim._data  # noqa: SLF001 - the physics data the env steps
+    return {name: value for name, value in vars(data).items() if isinstance(value, wp.array)}
+
+
+class LaunchCount:
+    """Counts Warp kernel launches while active (every MuJoCo Warp module calls ``warp.launch`` by attribute)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __enter__(self) -> LaunchCount:
+        import warp as wp
+
+        self._wp, self._launch = wp, wp.launch
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return self._launch(*args, **kwargs)
+
+        wp.launch = launch
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._wp.launch = self._launch
+
+
+def sensors(args: argparse.Namespace) -> dict[str, Any]:
+    extra = (f"env.max_episode_seconds={args.episode_seconds}",)
+    last = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
+    every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, sensors_every_substep=True)
+    if args.broken_sensors:  # negative control: no sensors in any substep, the last one included
+        sim = last.sim
+        sim.step = lambda substeps: [sim._mjw.step(sim._inner_substep_model, sim._data) for _ in range(substeps)]  # noqa: SLF001
+    outputs = ("policy_obs", "critic_obs", "reward", "terminated", "truncated", "final_policy_obs", "final_critic_obs")
+    steps = [last.reset(), every.reset()]
+    arrays = warp_arrays(last), warp_arrays(every)
+    unfilled = sorted(name for name in arrays[0] if not np.array_equal(arrays[0][name].numpy(), arrays[1][name].numpy()))
+    for side in arrays:
+        for name in unfilled:
+            side[name].zero_()
+    actions = torch.rand((args.steps, args.num_envs, last.action_dim), generator=torch.Generator().manual_seed(3))
+    first: dict[str, int] = {}
+    launches = [0, 0]
+    done_rows = 0
+    for t in range(args.steps):
+        action = (actions[t] * 2 - 1).to(last.device)
+        for index, dev in enumerate((last, every)):
+            with LaunchCount() as counted:
+                steps[index] = dev.step(action)
+            launches[index] += counted.count
+        done_rows += int((steps[1].terminated | steps[1].truncated).sum())
+        for name in arrays[0]:
+            if name not in first and not np.array_equal(arrays[0][name].numpy(), arrays[1][name].numpy(), equal_nan=True):
+                first[name] = t
+        for name in outputs:
+            if name not in first and not torch.equal(getattr(steps[0], name), getattr(steps[1], name)):
+                first[name] = t
+    return {"mode": "sensors", "num_envs": args.num_envs, "steps": args.steps, "device": str(last.device),
+            "versions": versions(), "series_sha256": series_sha256(),
+            "broken_sensors": bool(args.broken_sensors), "arrays_compared": len(arrays[0]),
+            "outputs_compared": list(outputs), "unfilled_at_reset": unfilled, "done_rows": done_rows,
+            "first_difference_step": first,
+            "warp_launches_per_step": {"last_substep": launches[0] / args.steps,
+                                       "every_substep": launches[1] / args.steps},
+            "equal": not first}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops"), required=True)
+    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops", "sensors"), required=True)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--episode-seconds", type=float, default=1.0,
-                        help="parity: the episode length (time-outs within the run; the tree's is 20 s)")
+                        help="parity, sensors: the episode length (time-outs within the run; the tree's is 20 s)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--action-seed", type=int, default=7)
     parser.add_argument("--perturb-reward", default=None)
@@ -305,9 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--override", action="append", default=[],
                         help="distribution, ops: a Hydra override of the env")
     parser.add_argument("--broken-index", action="store_true", help="host-reads: the negative control")
+    parser.add_argument("--broken-sensors", action="store_true", help="sensors: the negative control")
     args = parser.parse_args(argv)
     try:
-        result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops}[args.mode](args)
+        result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops,
+                  "sensors": sensors}[args.mode](args)
     except ValueError as exc:  # a task the device env refuses: its one-line reason
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2

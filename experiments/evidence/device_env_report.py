@@ -83,6 +83,23 @@ def op_count_table(folder: Path) -> str:
     return "\n".join(rows)
 
 
+def sensors_table(folder: Path) -> str:
+    """The physics' sensors in the last substep only against every substep (``device_env_check.py --mode
+    sensors``): whether every MuJoCo Warp array and env output stayed bitwise equal, and the Warp kernel
+    launches per env step of each, one row per record."""
+    records = [(name, data) for name, data in _load(sorted(folder.glob("*.json"))) if data.get("mode") == "sensors"]
+    rows = ["| record | envs (device) | steps | done rows | arrays + outputs compared | bitwise equal | Warp launches "
+            "per step, sensors in the last substep | in every substep | fewer |", "|---" * 9 + "|"]
+    for name, data in records:
+        launches = data["warp_launches_per_step"]
+        last, every = launches["last_substep"], launches["every_substep"]
+        rows.append(f"| {name} | {data['num_envs']} ({data['device']}) | {data['steps']} | {data['done_rows']} | "
+                    f"{data['arrays_compared']} + {len(data['outputs_compared'])} | "
+                    f"{'yes' if data['equal'] else 'no, from step ' + str(min(data['first_difference_step'].values()))} | "
+                    f"{last:.1f} | {every:.1f} | {every - last:.1f} ({100 * (every - last) / every:.1f} %) |")
+    return "\n".join(rows)
+
+
 def determinism_lines(records: list[tuple[str, dict[str, Any]]]) -> str:
     lines = []
     for name, data in records:
