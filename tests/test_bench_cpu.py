@@ -529,6 +529,29 @@ def test_throughput_table_reads_wall_and_phases_per_setting() -> None:
     assert rows[("patched defaults, compiled before tick 0", "unilab-default 2/1/1")][15] == "–"  # no 1.3.2 run at that setting
 
 
+def test_a_compiled_behind_run_that_swapped_inside_its_summary_window_is_marked() -> None:
+    """A compiled-behind run's figures are the compiled steady state only when its swap came before the summary
+    window; the tables mark its configuration otherwise (a swap inside the window, or none), and only then."""
+    run = _real_run()
+    run.update(bench_stats.timing_report(run["rows_all"], summary_last=run["summary_last"]))
+    run["config"] = "compile-behind"
+    first = int(run["rows"][0]["step"])
+
+    def label(record: dict | None) -> str:
+        marked = copy.deepcopy(run)
+        marked["run_summary"] = {"compile_behind": record} if record is not None else {}
+        lines = bench_report.throughput_table([marked]).splitlines()
+        return lines[2].split("|")[1].strip()
+
+    plain = "patched defaults, compiled behind"
+    assert label(None) == plain  # not compiled behind
+    assert label({"swap_iteration": first - 100}) == plain  # swapped before the window
+    assert label({"swap_iteration": first}) == plain  # the window's first iteration is already compiled
+    late = plain + " (swap not before the summary window: 1 of 1 runs)"
+    assert label({"swap_iteration": first + 1}) == late  # control: inside the window
+    assert label({"helper_exit_code": -9}) == late  # control: never swapped
+
+
 # ------------------------------------------------------------------ README and docs tables come from results/
 
 #: Pages whose tables are generated: the front page's headline and the docs pages the tables moved to.

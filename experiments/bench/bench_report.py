@@ -137,12 +137,30 @@ def _table_order(key: tuple[str, str]) -> tuple[tuple[str, str], tuple[int, str]
     return _schedule_order(schedule), _config_order(config)
 
 
+def compiled_through_window(run: dict[str, Any]) -> bool:
+    """Whether a run's summary window is all on its compiled paths: always, unless it compiled behind and its swap
+    came inside the window or never (then its figures there are not the compiled paths' steady state)."""
+    record = (run.get("run_summary") or {}).get("compile_behind")
+    if not record:
+        return True
+    rows = run.get("rows") or []
+    return "swap_iteration" in record and bool(rows) and int(record["swap_iteration"]) <= int(rows[0]["step"])
+
+
 def _label(name: str, runs: Sequence[dict[str, Any]]) -> str:
+    """A configuration's label; marked where some of its runs compiled behind and swapped inside or after the
+    summary window, so that no table passes their figures off as the compiled steady state."""
+    late = sum(not compiled_through_window(run) for run in runs)
+    return _config_label(name, runs) + (f" (swap not before the summary window: {late} of {len(runs)} runs)"
+                                        if late else "")
+
+
+def _config_label(name: str, runs: Sequence[dict[str, Any]]) -> str:
     if name.endswith(_MPS):
-        return _label(name.removesuffix(_MPS), runs) + ", CUDA MPS"
+        return _config_label(name.removesuffix(_MPS), runs) + ", CUDA MPS"
     base, collector = _strip_collector(name)
     if collector is not None:
-        return _label(base, runs) + ", " + bench_configs.RECORDED_COLLECTORS[collector].label
+        return _config_label(base, runs) + ", " + bench_configs.RECORDED_COLLECTORS[collector].label
     if name.endswith(_GPU_PHYSICS) and name.removesuffix(_GPU_PHYSICS) in bench_configs.CONFIGS:
         return bench_configs.CONFIGS[name.removesuffix(_GPU_PHYSICS)].label + ", MuJoCo Warp GPU physics"
     if name in bench_configs.CONFIGS:
