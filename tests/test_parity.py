@@ -168,6 +168,63 @@ def test_a_later_ttr_study_keeps_the_earlier_threshold(tmp_path: Path) -> None:
         time_to_reward.table(copy)
 
 
+@pytest.mark.parametrize(("setting", "expected"), [
+    ("report", (256, 256, 32, 8, 2, 2)), ("unilab-default", (None, None, None, None, None, None))])
+def test_parity_runs_train_at_the_named_setting(setting: str, expected: tuple) -> None:
+    """``bench_parity --setting``: each run's command line gives the single-run script the setting and no value of
+    its own, so the report's setting trains at the report's values and UniLab's defaults at the tree's (None: no
+    override); an explicit value still wins (control)."""
+    import bench_driver
+    import bench_options
+
+    def resolved(*extra: str) -> tuple:
+        args = bench_parity.build_parser().parse_args(["--setting", setting, *extra])
+        spec = bench_driver.RunSpec(config="patched-default", updates_per_step=args.updates_per_step,
+                                    setting=args.setting, seed=1)
+        argv = bench_driver.single_run_argv(spec, common=["--unilab-root", "/x", *bench_parity.shape_overrides(args)],
+                                            output=Path("/o.json"), run_dir=Path("/r"))
+        run = bench_options.parse_args(argv[2:])
+        return (run.num_envs, run.batch_size, run.replay_buffer_n, run.learning_starts, run.updates_per_step,
+                run.policy_frequency)
+
+    assert resolved() == expected
+    assert resolved("--num-envs", "512")[0] == 512
+
+
+def test_a_ttr_study_at_unilab_defaults_takes_its_threshold_from_a_committed_unpatched_run(tmp_path: Path) -> None:
+    """At a setting without a parity study the threshold is a committed unpatched 1.3.2 run's trailing-mean reward
+    at a given iteration, recorded in ttr.json and kept by the table. Controls: a threshold run that is not the
+    baseline, runs of another setting beside it, and an iteration before the first trailing mean are refused."""
+    committed = PROJECT / "results" / "2026-12-01-h200x2-end-to-end" / "bench" / "runs"
+    results = tmp_path / "results"
+    study = results / "study" / "ttr"
+    (study / "runs").mkdir(parents=True)
+    for name in ("c2-gpu0-02-unilab-default-patched-default-tree", "c2-gpu1-02-unilab-default-upstream-1.4.0-tree"):
+        shutil.copy(committed / f"{name}.json.gz", study / "runs")
+    (results / "base").mkdir()
+    baseline = shutil.copy(committed / "c2-gpu0-01-unilab-default-baseline-1.3.2-tree.json.gz", results / "base")
+    rewards = [row["reward"] for row in bench_report.read_run(Path(baseline))["rows_all"]
+               if row.get("reward") is not None and row["step"] <= 500]
+    expected = sum(rewards[-50:]) / 50
+
+    report = time_to_reward.write_report(study, threshold_run=Path(baseline), threshold_iteration=500)
+    assert report["threshold"] == pytest.approx(expected) and 4.0 < expected < 6.0
+    assert (report["threshold_run"], report["threshold_iteration"]) == (
+        "base/c2-gpu0-01-unilab-default-baseline-1.3.2-tree.json.gz", 500)
+    rows = {r["arm"]: r for r in report["rows"]}
+    assert set(rows) == {"patched-default", "upstream-1.4.0"} and all(r["iteration"] for r in rows.values())
+    text = time_to_reward.table(study)
+    assert text == (study / "ttr.md").read_text().strip() and "reward at iteration 500 of `base/" in text
+
+    with pytest.raises(ValueError, match="not a completed baseline-1.3.2 run"):
+        time_to_reward.threshold_from_run(study / "runs" / "c2-gpu0-02-unilab-default-patched-default-tree.json.gz", 500)
+    with pytest.raises(ValueError, match="fewer than 50 logged rewards"):
+        time_to_reward.threshold_from_run(Path(baseline), 30)
+    shutil.copy(committed / "c1-gpu0-03-report-patched-default-2-1-1.json.gz", study / "runs")
+    with pytest.raises(ValueError, match="unilab-default setting, some runs at report"):
+        time_to_reward.write_report(study, threshold_run=Path(baseline), threshold_iteration=500)
+
+
 def test_sim_training_table_compares_the_physics_of_the_runs(tmp_path: Path) -> None:
     """The sim-training table groups runs by physics (not configuration) and judges MJWarp against MuJoCo."""
     import mjwarp_report

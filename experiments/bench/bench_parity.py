@@ -27,7 +27,7 @@ import bench_driver  # noqa: E402
 import bench_env  # noqa: E402
 import bench_report  # noqa: E402
 import parity_stats  # noqa: E402
-from bench_configs import CONFIGS, NEGATIVE_CONTROL  # noqa: E402
+from bench_configs import CONFIGS, NEGATIVE_CONTROL, SETTINGS  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 
 PROG = "bench_parity"
@@ -47,12 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
                    default=[BASELINE, *EXPECTED], help=f"configurations to train (default: {BASELINE},"
                    f"{','.join(EXPECTED)}); any of bench_configs.CONFIGS")
     p.add_argument("--final-last", type=int, default=FINAL_LAST, help="final reward = mean of the last N logged rewards")
-    p.add_argument("--num-envs", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--replay-buffer-n", type=int, default=32)
-    p.add_argument("--learning-starts", type=int, default=8)
-    p.add_argument("--updates-per-step", type=int, default=2)
-    p.add_argument("--policy-frequency", type=int, default=2)
+    p.add_argument("--setting", choices=sorted(SETTINGS), default="report",
+                   help="the named setting every run trains at (default: the report's; unilab-default: the tree's "
+                        "task config, no overrides); the options below override single values of it")
+    for option in ("--num-envs", "--batch-size", "--replay-buffer-n", "--learning-starts", "--updates-per-step",
+                   "--policy-frequency"):
+        p.add_argument(option, type=int)
     p.add_argument("--quick", action="store_true", help="smoke mode: 60 iterations, 2 seeds (no verdict meaning)")
     p.add_argument("--results-root", type=Path, default=bench_env.PROJECT_DIR / "results")
     p.add_argument("--machine", type=bench_driver.name_part(bench_driver.MACHINE_TOKEN, "--machine"),
@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="only rebuild DIR's report from the run JSONs in it (runs nothing)")
     return p
+
+
+def shape_overrides(args: argparse.Namespace) -> list[str]:
+    """The single-run options of the values given explicitly; the rest come from ``--setting`` (the single-run
+    script fills them from it, and leaves the tree's value where the setting has none)."""
+    return [item for key in ("num_envs", "batch_size", "replay_buffer_n", "learning_starts", "policy_frequency")
+            if getattr(args, key) is not None for item in (f"--{key.replace('_', '-')}", str(getattr(args, key)))]
 
 
 def parity_report(runs: list[dict], *, final_last: int) -> dict:
@@ -178,9 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    f"{args.study}-quick" if args.quick else args.study)
     logs_root = bench_env.PROJECT_DIR / "work" / "bench-logs" / out.name
     common = ["--unilab-root", str(root), "--backend", "mujoco", "--iterations", str(args.iterations),
-              "--summary-last", str(max(1, args.iterations // 2)), "--num-envs", str(args.num_envs),
-              "--batch-size", str(args.batch_size), "--replay-buffer-n", str(args.replay_buffer_n),
-              "--learning-starts", str(args.learning_starts), "--policy-frequency", str(args.policy_frequency),
+              "--summary-last", str(max(1, args.iterations // 2)), *shape_overrides(args),
               "--overlay", str(args.overlay), "--baseline-uni-rl", str(baseline), "--live-panel", args.live_panel]
     if pristine is not None:
         common += ["--pristine-unilab-root", str(pristine)]
@@ -188,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         common.append("--require-applied")
     if args.timeout_s:
         common += ["--timeout-s", str(args.timeout_s)]
-    specs = [bench_driver.RunSpec(config=c, updates_per_step=args.updates_per_step, seed=s)
+    specs = [bench_driver.RunSpec(config=c, updates_per_step=args.updates_per_step, setting=args.setting, seed=s)
              for i, s in enumerate(args.seeds)
              for c in args.arms[i % len(args.arms):] + args.arms[:i % len(args.arms)]]
     progress = bench_driver.Progress(total=len(specs))
@@ -200,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = bench_driver.execute(argv, progress, f"{spec.config}, seed {spec.seed}")
         if code != 0 and CONFIGS[spec.config].reference == "upstream":
             code = bench_driver.retry_cold_reference(argv, output, progress, f"{spec.config}, seed {spec.seed}")
-        bench_driver.ensure_record(output, spec, f"{args.updates_per_step}/?/?", code)
+        updates = args.updates_per_step or SETTINGS[args.setting].schedules[0]
+        bench_driver.ensure_record(output, spec, f"{updates or 'tree'}/?/?", code)
         failures += code != 0
     report = write_report(out, final_last=args.final_last, quick=args.quick)
     if failures:

@@ -11,7 +11,8 @@
 #           all concurrently: learning curves, not timing; `bench_parity.py --report DIR` merges them afterwards.
 #   ttr     time to reward: one `make bench-parity` run per arm of TTR_ARMS (seed TTR_SEED), concurrently on
 #           GPU $PARITY_GPU, each pinned to its own block of CORES_PER_RUN (5) cores: the runs' wall clocks are
-#           those of a 5-core machine each (experiments/evidence/time_to_reward.py reads them). Run it alone.
+#           those of a 5-core machine each (experiments/evidence/time_to_reward.py reads them); TTR_SETTING
+#           (report; unilab-default: the tree's task config) is the setting every arm trains at. Run it alone.
 #   bench   `make bench` with one schedule per GPU, each alternating over every configuration: the ratios
 #           of a table row come from runs made side by side on one GPU. Run it alone.
 #   pinned  collector figures (CPU-bound): `make bench` per GPU, each pinned to its own block of CORES_PER_GPU
@@ -118,7 +119,7 @@ for mode in "$@"; do
         cores=$((index * per))-$((index * per + per - 1)) index=$((index + 1))
         on_gpu "${PARITY_GPU:-0}" "ttr-$arm" taskset -c "$cores" bash experiments/device/device_bench.sh bench-parity \
           SEEDS="${TTR_SEED:-1}" ITERATIONS="${PARITY_ITERATIONS:-3000}" \
-          BENCH_ARGS="--arms $arm --results-root $work/ttr-$arm"
+          BENCH_ARGS="--arms $arm --setting ${TTR_SETTING:-report} --results-root $work/ttr-$arm"
       done
       ;;
     bench)

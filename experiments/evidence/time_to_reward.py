@@ -8,7 +8,11 @@ runs:
 * **Threshold** (fixed before the runs): ``THRESHOLD_FRACTION`` (80 %) of the baseline's plateau, the mean over
   the parity check's baseline seeds of their final-window reward (the runs of ``--parity``, by default the
   TTR folder's sibling ``parity/``; another study's parity folder is recorded in ttr.json, relative to the
-  results folder, so that a later study keeps the threshold fixed before it).
+  results folder, so that a later study keeps the threshold fixed before it). Where no parity study exists at
+  the runs' setting (UniLab's defaults, whose unpatched learner takes about 200 ms an iteration), the threshold
+  is the reward a committed unpatched 1.3.2 run at that setting had reached at a given iteration (its trailing
+  mean there; ``--threshold-run RUN --threshold-iteration N``, recorded in ttr.json the same way): the time each
+  arm takes to learn as far as the unpatched learner had after N iterations.
 * **Reached**: the first iteration whose trailing mean over ``SMOOTHING`` (50) logged rewards is at or above the
   threshold; its time is the run's own clock (``rows_all[].wall_s``: seconds since the trainer process started,
   so the cold start and compile a user waits through are included).
@@ -58,6 +62,18 @@ def threshold_from_parity(parity_folder: Path) -> float:
     return THRESHOLD_FRACTION * fmean(m["final"] for m in seeds.values())
 
 
+def threshold_from_run(run_path: Path, iteration: int) -> float:
+    """The trailing mean (``SMOOTHING`` logged rewards) of a completed unpatched 1.3.2 run at ``iteration``."""
+    run = bench_report.read_run(run_path)
+    if not isinstance(run, dict) or run.get("config") != BASELINE or run.get("status") != "completed":
+        raise ValueError(f"{run_path} is not a completed {BASELINE} run")
+    window = [float(row["reward"]) for row in run.get("rows_all") or []
+              if row.get("reward") is not None and row["step"] <= iteration][-SMOOTHING:]
+    if len(window) < SMOOTHING:
+        raise ValueError(f"{run_path} has fewer than {SMOOTHING} logged rewards up to iteration {iteration}")
+    return fmean(window)
+
+
 def crossing(run: dict[str, Any], threshold: float) -> dict[str, Any] | None:
     """The first logged iteration whose trailing mean reward reaches ``threshold``, with its clock; None if never."""
     window: list[float] = []
@@ -96,11 +112,13 @@ def arm_rows(runs: Sequence[dict[str, Any]], threshold: float) -> list[dict[str,
     return sorted(rows, key=lambda r: (ARMS.index(r["arm"]), r["seed"] or 0))
 
 
-def markdown(rows: Sequence[dict[str, Any]], threshold: float) -> str:
-    """The time-to-reward table, with each arm's speed-up over the baseline."""
+PLATEAU_RULE = f"{100 * THRESHOLD_FRACTION:.0f}% of the baseline's plateau"
+
+
+def markdown(rows: Sequence[dict[str, Any]], threshold: float, rule: str = PLATEAU_RULE) -> str:
+    """The time-to-reward table, with each arm's speed-up over the baseline; ``rule``: how the threshold was fixed."""
     base = [r["minutes"] for r in rows if r["arm"] == BASELINE and r["minutes"] is not None]
-    lines = [f"Threshold: reward {threshold:.3f} ({100 * THRESHOLD_FRACTION:.0f}% of the baseline's plateau), "
-             f"trailing mean over {SMOOTHING} iterations.", "",
+    lines = [f"Threshold: reward {threshold:.3f} ({rule}), trailing mean over {SMOOTHING} iterations.", "",
              "| arm | seed | CPUs | reached at iteration | env steps | minutes from launch | × faster than 1.3.2 "
              "| of which failed attempts (s) | first iteration at (s) | minutes from first iteration | whole run (min) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -151,23 +169,53 @@ def parity_folder_of(folder: Path) -> Path:
     return folder.parents[1] / recorded
 
 
+def run_rule(run: str, iteration: int) -> str:
+    return f"unpatched 1.3.2's reward at iteration {iteration} of `{run}`"
+
+
+def threshold_of(folder: Path) -> tuple[float, str]:
+    """A TTR folder's threshold and its rule: from the committed run its ttr.json names, else its parity runs."""
+    record = folder / "ttr.json"
+    recorded = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
+    if "threshold_run" in recorded:
+        run, iteration = recorded["threshold_run"], int(recorded["threshold_iteration"])
+        return threshold_from_run(folder.parents[1] / run, iteration), run_rule(run, iteration)
+    return threshold_from_parity(parity_folder_of(folder)), PLATEAU_RULE
+
+
 def table(folder: Path) -> str:
-    """The time-to-reward table of a TTR folder, threshold from its parity runs (readme_tables ``ttr``)."""
-    threshold = threshold_from_parity(parity_folder_of(folder))
-    return markdown(arm_rows(bench_report.load_runs(folder), threshold), threshold)
+    """The time-to-reward table of a TTR folder, with the threshold its study fixed (readme_tables ``ttr``)."""
+    threshold, rule = threshold_of(folder)
+    return markdown(arm_rows(bench_report.load_runs(folder), threshold), threshold, rule)
 
 
-def write_report(folder: Path, parity_folder: Path) -> dict[str, Any]:
-    """ttr.json, ttr.md and the plots of ``folder``'s runs, the threshold from ``parity_folder``'s runs."""
-    threshold = threshold_from_parity(parity_folder)
+def write_report(folder: Path, parity_folder: Path | None = None, *, threshold_run: Path | None = None,
+                 threshold_iteration: int | None = None) -> dict[str, Any]:
+    """ttr.json, ttr.md and the plots of ``folder``'s runs; the threshold from ``parity_folder``'s runs, or from
+    ``threshold_run`` at ``threshold_iteration`` (a committed unpatched run at the runs' own setting)."""
     runs = bench_report.load_runs(folder)
+    results = folder.resolve().parents[1]
+    if threshold_run is not None:
+        if threshold_iteration is None:
+            raise ValueError("--threshold-run needs --threshold-iteration")
+        threshold = threshold_from_run(threshold_run, threshold_iteration)
+        setting = bench_report.read_run(threshold_run).get("setting")
+        other = sorted({str(run.get("setting")) for run in runs} - {str(setting)})
+        if other:
+            raise ValueError(f"the threshold run is at the {setting} setting, some runs at {', '.join(other)}")
+        run = str(threshold_run.resolve().relative_to(results))
+        fixed = {"threshold_run": run, "threshold_iteration": threshold_iteration}
+        rule = run_rule(run, threshold_iteration)
+    else:
+        parity_folder = parity_folder or folder.parent / "parity"
+        threshold, rule = threshold_from_parity(parity_folder), PLATEAU_RULE
+        sibling = parity_folder.resolve() == (folder.parent / "parity").resolve()
+        fixed = {"threshold_fraction": THRESHOLD_FRACTION,
+                 "parity_folder": parity_folder.name if sibling else str(parity_folder.resolve().relative_to(results))}
     rows = arm_rows(runs, threshold)
-    sibling = parity_folder.resolve() == (folder.parent / "parity").resolve()
-    recorded = parity_folder.name if sibling else str(parity_folder.resolve().relative_to(folder.resolve().parents[1]))
-    report = {"threshold": threshold, "threshold_fraction": THRESHOLD_FRACTION, "smoothing": SMOOTHING,
-              "parity_folder": recorded, "rows": rows}
+    report = {"threshold": threshold, **fixed, "smoothing": SMOOTHING, "rows": rows}
     (folder / "ttr.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (folder / "ttr.md").write_text(markdown(rows, threshold) + "\n", encoding="utf-8")
+    (folder / "ttr.md").write_text(markdown(rows, threshold, rule) + "\n", encoding="utf-8")
     plot(runs, threshold, folder)
     return report
 
@@ -178,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("folder", type=Path, nargs="?", help="the time-to-reward runs (device_evidence.sh ttr)")
     p.add_argument("--parity", type=Path, help="the parity folder whose baseline runs give the plateau "
                    "(default: FOLDER/../parity)")
+    p.add_argument("--threshold-run", type=Path, help="instead of a parity folder: a committed unpatched 1.3.2 run "
+                   "at the runs' setting, whose reward at --threshold-iteration is the threshold")
+    p.add_argument("--threshold-iteration", type=int)
     args = p.parse_args(argv)
     if args.list_arms:
         print(",".join(STUDY_ARMS))
@@ -185,11 +236,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.folder is None:
         p.error("give the TTR folder")
     try:
-        report = write_report(args.folder, args.parity or args.folder.parent / "parity")
+        if args.parity is not None and args.threshold_run is not None:
+            raise ValueError("--parity and --threshold-run are exclusive")
+        write_report(args.folder, args.parity, threshold_run=args.threshold_run,
+                     threshold_iteration=args.threshold_iteration)
     except (OSError, ValueError, KeyError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
-    print(markdown(report["rows"], report["threshold"]))
+    print(table(args.folder))
     return 0
 
 
