@@ -613,6 +613,24 @@ def test_headline_keeps_the_collectors_apart() -> None:
     assert "device-resident" not in pooled and "| MuJoCo Warp (GPU) | 2 | " in pooled
 
 
+def test_headline_shows_the_newest_series_of_each_row() -> None:
+    """A row measured with several series shows the runs of the one measured last; another row keeps its own.
+    Control: the same older run dated later takes the row back."""
+    import headline_table
+
+    folder = "results/2026-12-01-h200-device-env/bench-report-2-1-1"
+    runs = [{**run, "_folder": folder} for run in bench_report.load_runs(PROJECT / folder)]
+    device = next(run for run in runs if run.get("collector") == "device-resident")
+    older = {**device, "series_sha256": "0" * 64, "started_utc": "2000-01-01T00:00:00Z",
+             "wall_per_iter_ms": {**device["wall_per_iter_ms"]}, "rows": [
+                 {**row, "wall_per_iter_ms": row["wall_per_iter_ms"] * 2} for row in device["rows"]]}
+    table = headline_table.headline_table([*runs, older])
+    assert "| MuJoCo Warp (GPU), device-resident collector | 1 | 14.5 | 17693 |" in table and "`000000000000`" not in table
+    assert "| MuJoCo Warp (GPU) | 1 | 22.4 | 11449 |" in table
+    later = headline_table.headline_table([*runs, {**older, "started_utc": "2999-01-01T00:00:00Z"}])
+    assert "`000000000000`" in later and "| 14.5 | 17693 |" not in later
+
+
 def test_committed_runs_with_legacy_names_read_as_the_table_names_them(tmp_path: Path) -> None:
     """Runs recorded before the whole-cycle graph had one name say ``iteration-graph``: they group and sort
     under the table's name; the command lines take the legacy name too. Control: an unknown name stays unknown."""

@@ -70,25 +70,39 @@ def _packages(runs: Sequence[dict[str, Any]]) -> str:
     return "; ".join(f"series `{series}`: {' / '.join(sorted(texts))}" for series, texts in sorted(by_series.items()))
 
 
+def _newest_series(groups: dict[Key, list[dict[str, Any]]]) -> dict[Key, list[dict[str, Any]]]:
+    """Per row (envs, schedule, build, physics, MPS, collector), only the runs of the series measured last (the
+    latest ``started_utc`` of its runs): the front page shows what the product does now; earlier series stay in
+    their evidence folders (results/README.md)."""
+    newest: dict[tuple[Any, ...], Key] = {}
+    for key, group in groups.items():
+        latest = max(str(r.get("started_utc")) for r in group)
+        held = newest.get(key[:6])
+        if held is None or latest > max(str(r.get("started_utc")) for r in groups[held]):
+            newest[key[:6]] = key
+    return {key: groups[key] for key in newest.values()}
+
+
 def headline_table(runs: Sequence[dict[str, Any]]) -> str:
     """Markdown: per envs × schedule × build × physics, wall per iteration, env steps/s, launch to 1st iteration.
 
     *wall* is the mean wall clock between consecutive iterations over each run's summary window, pooled over the
     row's runs; *env steps/s* = envs × ranks / mean wall; *evidence* the results folder (``_folder``, set by
     ``readme_tables``) whose README says how the runs were made. Rows without a completed run are left out, so a build
-    or physics that was not measured at a setting has no row (the README says so) rather than an empty one.
+    or physics that was not measured at a setting has no row (the README says so) rather than an empty one; a row
+    measured with several series shows the newest (``_newest_series``).
     """
     groups: dict[Key, list[dict[str, Any]]] = {}
     for run in runs:
         if run.get("status") == "completed" and run.get("env_steps_per_s") and run.get("config") in HEADLINE_CONFIGS:
             groups.setdefault(_key(run), []).append(run)
+    groups = _newest_series(groups)
     lines = [
         "| envs · schedule | build | physics | runs | wall per iteration (ms) | env steps/s "
         "| launch → 1st iteration (s) | series | machine | evidence |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    # Within a row's other keys, the earlier measurement first (series hashes have no order).
-    for key in sorted(groups, key=lambda k: (k[:6], min(str(r.get("started_utc")) for r in groups[k]))):
+    for key in sorted(groups):
         envs, schedule, config, physics, mps, device_collector, series = key
         group = groups[key]
         folders = sorted({str(r.get("_folder", "?")).removeprefix("results/").split("/")[0] for r in group})
