@@ -20,6 +20,10 @@ test asserts on its own.
 7. The physics' sensors computed in the last substep only (the default) leave every MuJoCo Warp array and every env
    output bitwise as sensors in every substep do, over 40 steps with resets, with fewer kernel launches. Control:
    with no sensors in the last substep either, the sensors and the observations differ at the first step.
+8. A step's draws taken ahead (``draws_ahead``: every draw, and what follows from draws alone, at the step's
+   start) leave every MuJoCo Warp array and env output bitwise as draws taken in the step, over 40 steps with
+   resets, and about half of the step's torch operations are taken ahead; the step reads nothing on the host
+   either way. Control: the reset's draws taken before the observation noise differ at the first step.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ TWIN_MISSING = ("+reward.penalty_lin_vel_z={func: unilab.tasks.locomotion.common
                 " weight: -1.0, params: {sensor_name: pelvis_local_linvel}}")
 OPS = ("--mode", "ops", "--num-envs", "16", "--steps", "2")
 SENSORS = ("--mode", "sensors", "--num-envs", "16", "--steps", "40", "--episode-seconds", "0.5")
+AHEAD = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "40", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "120"),
@@ -76,12 +81,16 @@ CHECKS = {
     "test_the_step_reads_nothing_on_the_host": ("--mode", "host-reads", "--num-envs", "16", "--steps", "20"),
     "test_a_0d_tensor_index_is_a_host_read": ("--mode", "host-reads", "--num-envs", "16", "--steps", "3",
                                               "--broken-index"),
+    "test_the_step_with_draws_ahead_reads_nothing_on_the_host": ("--mode", "host-reads", "--num-envs", "16",
+                                                                 "--steps", "20", "--draws-ahead"),
 }
 #: Tests whose run is two checks, one after the other (a count and its control).
 PAIRED = {
     "test_the_steps_torch_operations_are_counted_by_env_method": (OPS, (*OPS, "--override", "~reward.penalty_feet_ori")),
     "test_sensors_in_the_last_substep_only_leave_the_same_step": (SENSORS, ("--mode", "sensors", "--num-envs", "16",
                                                                             "--steps", "2", "--broken-sensors")),
+    "test_draws_taken_ahead_leave_the_same_step": (AHEAD, ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "2",
+                                                           "--broken-draw-order")),
 }
 
 
@@ -196,3 +205,19 @@ def test_sensors_in_the_last_substep_only_leave_the_same_step(checks: SideBySide
     # Control: no sensors in the last substep either; the check sees it at once.
     assert rc_control == 1 and not control["equal"], (control, err_control[-3000:])
     assert control["first_difference_step"]["sensordata"] == 0 and control["first_difference_step"]["policy_obs"] == 0
+
+
+def test_draws_taken_ahead_leave_the_same_step(checks: SideBySide, request: pytest.FixtureRequest) -> None:
+    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
+    assert rc == 0 and same["equal"] and same["first_difference_step"] == {}, (same, err[-3000:])
+    assert same["arrays_compared"] > 100 and same["done_rows"] > 0
+    # About half of the step's torch work follows from draws alone; the root state's float64 math is all of it.
+    assert 0.4 < same["compute_ops_drawn_ahead_per_step"] / same["compute_ops_per_step"] < 0.6, same
+    assert same["drawn_ahead_by_part"]["_reset_state"] > 100
+    # Control: the reset's draws before the observation noise; the observations differ at once.
+    assert rc_control == 1 and control["first_difference_step"]["policy_obs"] == 0, (control, err_control[-3000:])
+
+
+def test_the_step_with_draws_ahead_reads_nothing_on_the_host(checked: tuple[int, dict, str]) -> None:
+    rc, result, err = checked
+    assert rc == 0 and result["host_reads"] == [] and result["calls"] == 0, (result, err[-3000:])

@@ -51,6 +51,8 @@ COMPILE_BEHIND_KEY = "training.compile_behind"
 DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
 #: The patched config's physics sensors of the device env (unilab patch 0015): ``last_substep`` or ``every_substep``.
 DEVICE_ENV_SENSORS_KEY = "training.device_env_sensors"
+#: The patched config's draws of the device env taken ahead, beside the physics (unilab patch 0016): true or false.
+DEVICE_ENV_DRAWS_AHEAD_KEY = "training.device_env_draws_ahead"
 #: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
 #: The patched config's start of the device env step beside the learner (unilab patch 0013): after the action, or
@@ -180,6 +182,12 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="MuJoCo Warp's step computes the sensors in each substep (the step before unilab 0015); "
                           "the default computes them in the last substep only, with bitwise the same results: "
                           "compare with patched-default for what the skipped sensor kernels gain"),
+        BenchConfig("device-env-draws-ahead", "patched defaults + the device env's draws taken ahead, beside the "
+                    "physics", "overlay", (), requires_key=DEVICE_ENV_DRAWS_AHEAD_KEY,
+                    training=(("device_env_draws_ahead", "true"),), collectors=("device",),
+                    notes="each env step's random draws, and what follows from them alone (about half of its torch "
+                          "work), on a stream beside the MuJoCo Warp substeps (unilab 0016), with bitwise the same "
+                          "step: compare with patched-default, which takes them in the step after the physics"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),

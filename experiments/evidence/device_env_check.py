@@ -24,6 +24,7 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 an index that is a 0-d or boolean tensor (read on the host), and tensors made from host data.
                 On the CPU these cost nothing, on CUDA each is a sync that breaks the step's graph: none may
                 occur. ``--broken-index`` puts back a 0-d tensor index in the height termination: it must fail.
+                ``--draws-ahead`` checks the env taking its draws ahead.
   ops           not a check but a count: the ATen operations of ``--steps`` eager env steps (own torch draws,
                 after one warm-up step), each under the innermost env method (``PARTS``) on the Python stack when
                 it runs, split into compute operations (on CUDA each launches at least one kernel into the
@@ -37,6 +38,11 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 not fill there (its constraint islands, off for this model): they are zeroed in both, listed, and
                 compared from then on like the rest. Also counts each env's Warp kernel launches per step.
                 ``--broken-sensors`` skips the sensors in the last substep too: it must fail.
+  draws-ahead   the same comparison between a device env taking each step's draws ahead (``draws_ahead``: all
+                of them, and what follows from draws alone, at the step's start) and one taking them in the step,
+                both with their own torch draws; also counts the step's compute operations and how many of them
+                are taken ahead (``DRAW_PARTS``). ``--broken-draw-order`` takes the reset's draws before the
+                observation noise: it must fail.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 when the device env refuses the task.
 """
@@ -74,14 +80,15 @@ def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
 
 
 def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
-                    graph: bool = True, sensors_every_substep: bool = False) -> Any:
+                    graph: bool = True, sensors_every_substep: bool = False, draws_ahead: bool = False) -> Any:
     from unilab.envs.device import make_g1_walk_device_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
     override = build_offpolicy_env_cfg_override("flashsac", compose_cfg(num_envs, seed, overrides))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
-                                   graph=graph, sensors_every_substep=sensors_every_substep)
+                                   graph=graph, sensors_every_substep=sensors_every_substep,
+                                   draws_ahead=draws_ahead)
 
 
 def perturb_reward(env: Any, term: str) -> None:
@@ -244,7 +251,7 @@ def step_under(dev: Any, mode: Any, steps: int) -> None:
 
 
 def host_reads(args: argparse.Namespace) -> dict[str, Any]:
-    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False)
+    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=args.draws_ahead)
     if args.broken_index:
         from unilab.envs.device import terms
 
@@ -262,7 +269,10 @@ def host_reads(args: argparse.Namespace) -> dict[str, Any]:
 
 #: The device env's methods an ATen operation is counted under (the innermost one on the stack), in step order.
 PARTS = ("step", "_terminate", "_reward", "_advance_command", "_observe", "_reset_rows", "_update_curriculum",
-         "_reset_state", "_resample_command", "reset_rows", "forward_rows")
+         "_reset_state", "_resample_command", "reset_rows", "forward_rows", "_draw_command", "_draw_noise",
+         "_draw_reset", "_draw_ahead")
+#: The parts that take draws and work out what follows from them alone (with draws ahead, beside the physics).
+DRAW_PARTS = ("_draw_ahead", "_draw_command", "_draw_noise", "_draw_reset", "_reset_state")
 
 
 class OpCount(TorchDispatchMode):
@@ -349,6 +359,39 @@ class LaunchCount:
         self._wp.launch = self._launch
 
 
+def step_side_by_side(first: Any, second: Any, steps: int) -> dict[str, Any]:
+    """Two device envs stepped with the same seeded actions after a reset: the first step at which each MuJoCo Warp
+    array and env output differs (none: bitwise equal throughout), and each env's Warp launches per step. Arrays
+    that differ right after the reset are memory MuJoCo Warp leaves unfilled for the model: zeroed in both, named,
+    and compared from then on like the rest."""
+    outputs = ("policy_obs", "critic_obs", "reward", "terminated", "truncated", "final_policy_obs", "final_critic_obs")
+    results = [first.reset(), second.reset()]
+    arrays = warp_arrays(first), warp_arrays(second)
+    unfilled = sorted(name for name in arrays[0] if not np.array_equal(arrays[0][name].numpy(), arrays[1][name].numpy()))
+    for side in arrays:
+        for name in unfilled:
+            side[name].zero_()
+    actions = torch.rand((steps, first.num_envs, first.action_dim), generator=torch.Generator().manual_seed(3))
+    differ: dict[str, int] = {}
+    launches = [0, 0]
+    done_rows = 0
+    for t in range(steps):
+        action = (actions[t] * 2 - 1).to(first.device)
+        for index, dev in enumerate((first, second)):
+            with LaunchCount() as counted:
+                results[index] = dev.step(action)
+            launches[index] += counted.count
+        done_rows += int((results[1].terminated | results[1].truncated).sum())
+        for name in arrays[0]:
+            if name not in differ and not np.array_equal(arrays[0][name].numpy(), arrays[1][name].numpy(), equal_nan=True):
+                differ[name] = t
+        for name in outputs:
+            if name not in differ and not torch.equal(getattr(results[0], name), getattr(results[1], name)):
+                differ[name] = t
+    return {"arrays_compared": len(arrays[0]), "outputs_compared": list(outputs), "unfilled_at_reset": unfilled,
+            "done_rows": done_rows, "first_difference_step": differ, "launches": [n / steps for n in launches]}
+
+
 def sensors(args: argparse.Namespace) -> dict[str, Any]:
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
     last = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
@@ -356,43 +399,43 @@ def sensors(args: argparse.Namespace) -> dict[str, Any]:
     if args.broken_sensors:  # negative control: no sensors in any substep, the last one included
         sim = last.sim
         sim.step = lambda substeps: [sim._mjw.step(sim._inner_substep_model, sim._data) for _ in range(substeps)]  # noqa: SLF001
-    outputs = ("policy_obs", "critic_obs", "reward", "terminated", "truncated", "final_policy_obs", "final_critic_obs")
-    steps = [last.reset(), every.reset()]
-    arrays = warp_arrays(last), warp_arrays(every)
-    unfilled = sorted(name for name in arrays[0] if not np.array_equal(arrays[0][name].numpy(), arrays[1][name].numpy()))
-    for side in arrays:
-        for name in unfilled:
-            side[name].zero_()
-    actions = torch.rand((args.steps, args.num_envs, last.action_dim), generator=torch.Generator().manual_seed(3))
-    first: dict[str, int] = {}
-    launches = [0, 0]
-    done_rows = 0
-    for t in range(args.steps):
-        action = (actions[t] * 2 - 1).to(last.device)
-        for index, dev in enumerate((last, every)):
-            with LaunchCount() as counted:
-                steps[index] = dev.step(action)
-            launches[index] += counted.count
-        done_rows += int((steps[1].terminated | steps[1].truncated).sum())
-        for name in arrays[0]:
-            if name not in first and not np.array_equal(arrays[0][name].numpy(), arrays[1][name].numpy(), equal_nan=True):
-                first[name] = t
-        for name in outputs:
-            if name not in first and not torch.equal(getattr(steps[0], name), getattr(steps[1], name)):
-                first[name] = t
+    compared = step_side_by_side(last, every, args.steps)
+    launches = compared.pop("launches")
     return {"mode": "sensors", "num_envs": args.num_envs, "steps": args.steps, "device": str(last.device),
-            "versions": versions(), "series_sha256": series_sha256(),
-            "broken_sensors": bool(args.broken_sensors), "arrays_compared": len(arrays[0]),
-            "outputs_compared": list(outputs), "unfilled_at_reset": unfilled, "done_rows": done_rows,
-            "first_difference_step": first,
-            "warp_launches_per_step": {"last_substep": launches[0] / args.steps,
-                                       "every_substep": launches[1] / args.steps},
-            "equal": not first}
+            "versions": versions(), "series_sha256": series_sha256(), "broken_sensors": bool(args.broken_sensors),
+            **compared, "warp_launches_per_step": {"last_substep": launches[0], "every_substep": launches[1]},
+            "equal": not compared["first_difference_step"]}
+
+
+def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
+    extra = (f"env.max_episode_seconds={args.episode_seconds}",)
+    ahead = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True)
+    in_step = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
+    if args.broken_draw_order:  # negative control: the reset's draws taken before the observation noise
+        from unilab.envs.device.g1_walk import _StepDraws
+
+        def reordered() -> Any:
+            rows = ahead._all_rows  # noqa: SLF001
+            command, reset = ahead._draw_command(rows), ahead._draw_reset(rows)  # noqa: SLF001
+            return _StepDraws(command, ahead._draw_noise(rows), reset, ahead._draw_noise(rows))  # noqa: SLF001
+
+        ahead._draw_ahead = reordered  # noqa: SLF001
+    compared = step_side_by_side(ahead, in_step, args.steps)
+    compared.pop("launches")
+    count = OpCount()  # where the step's torch work is, counted after the comparison (it draws)
+    step_under(ahead, count, 1)
+    parts = {part: count.compute[part] for part in DRAW_PARTS if count.compute[part]}
+    return {"mode": "draws-ahead", "num_envs": args.num_envs, "steps": args.steps, "device": str(ahead.device),
+            "versions": versions(), "series_sha256": series_sha256(), "broken_draw_order": bool(args.broken_draw_order),
+            **compared, "compute_ops_per_step": sum(count.compute.values()),
+            "compute_ops_drawn_ahead_per_step": sum(parts.values()), "drawn_ahead_by_part": parts,
+            "equal": not compared["first_difference_step"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops", "sensors"), required=True)
+    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops", "sensors", "draws-ahead"),
+                        required=True)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--episode-seconds", type=float, default=1.0,
@@ -405,10 +448,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="distribution, ops: a Hydra override of the env")
     parser.add_argument("--broken-index", action="store_true", help="host-reads: the negative control")
     parser.add_argument("--broken-sensors", action="store_true", help="sensors: the negative control")
+    parser.add_argument("--broken-draw-order", action="store_true", help="draws-ahead: the negative control")
+    parser.add_argument("--draws-ahead", action="store_true", help="host-reads: the env taking its draws ahead")
     args = parser.parse_args(argv)
     try:
         result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops,
-                  "sensors": sensors}[args.mode](args)
+                  "sensors": sensors, "draws-ahead": draws_ahead}[args.mode](args)
     except ValueError as exc:  # a task the device env refuses: its one-line reason
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2
