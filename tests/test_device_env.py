@@ -18,10 +18,10 @@ test asserts on its own.
 6. The count of a step's torch operations by env method (``--mode ops``) adds up, and each part is where its work
    is. Control: with one reward term removed, the reward's count drops and no other part's moves.
 7. The physics' sensors computed in the last substep only (the default) leave every MuJoCo Warp array and every env
-   output bitwise as sensors in every substep do, over 40 steps with resets, with fewer kernel launches. Control:
+   output bitwise as sensors in every substep do, over 30 steps with resets, with fewer kernel launches. Control:
    with no sensors in the last substep either, the sensors and the observations differ at the first step.
 8. A step's draws taken ahead (``draws_ahead``: every draw, and what follows from draws alone, at the step's
-   start) leave every MuJoCo Warp array and env output bitwise as draws taken in the step, over 40 steps with
+   start) leave every MuJoCo Warp array and env output bitwise as draws taken in the step, over 30 steps with
    resets, and about half of the step's torch operations are taken ahead; the step reads nothing on the host
    either way. Control: the reset's draws taken before the observation noise differ at the first step.
 """
@@ -64,8 +64,8 @@ def check(tree: tuple[Path, Path], *args: str) -> tuple[int, dict, str]:
 TWIN_MISSING = ("+reward.penalty_lin_vel_z={func: unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z,"
                 " weight: -1.0, params: {sensor_name: pelvis_local_linvel}}")
 OPS = ("--mode", "ops", "--num-envs", "16", "--steps", "2")
-SENSORS = ("--mode", "sensors", "--num-envs", "16", "--steps", "40", "--episode-seconds", "0.5")
-AHEAD = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "40", "--episode-seconds", "0.5")
+SENSORS = ("--mode", "sensors", "--num-envs", "16", "--steps", "30", "--episode-seconds", "0.5")
+AHEAD = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "30", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "120"),
@@ -214,6 +214,7 @@ def test_draws_taken_ahead_leave_the_same_step(checks: SideBySide, request: pyte
     # About half of the step's torch work follows from draws alone; the root state's float64 math is all of it.
     assert 0.4 < same["compute_ops_drawn_ahead_per_step"] / same["compute_ops_per_step"] < 0.6, same
     assert same["drawn_ahead_by_part"]["_reset_state"] > 100
+    assert same["numpy_draws_refused"] == "draws ahead of the physics need row-independent draws (TorchDraws)"
     # Control: the reset's draws before the observation noise; the observations differ at once.
     assert rc_control == 1 and control["first_difference_step"]["policy_obs"] == 0, (control, err_control[-3000:])
 

@@ -41,8 +41,9 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
   draws-ahead   the same comparison between a device env taking each step's draws ahead (``draws_ahead``: all
                 of them, and what follows from draws alone, at the step's start) and one taking them in the step,
                 both with their own torch draws; also counts the step's compute operations and how many of them
-                are taken ahead (``DRAW_PARTS``). ``--broken-draw-order`` takes the reset's draws before the
-                observation noise: it must fail.
+                are taken ahead (``DRAW_PARTS``), and records the one-line refusal of draws ahead with UniLab's
+                NumPy draws (sized by rows not known ahead). ``--broken-draw-order`` takes the reset's draws
+                before the observation noise: it must fail.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 when the device env refuses the task.
 """
@@ -424,11 +425,21 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
     compared.pop("launches")
     count = OpCount()  # where the step's torch work is, counted after the comparison (it draws)
     step_under(ahead, count, 1)
+    from unilab.envs.device import G1WalkDeviceEnv
+    from unilab.envs.device.draws import NumpyDraws
+
+    try:  # UniLab's NumPy draws are sized by the rows, which are not known ahead: refused before anything is built
+        G1WalkDeviceEnv(in_step.host_env, NumpyDraws(np.random.default_rng(args.seed), in_step.device), graph=False,
+                        draws_ahead=True)
+        refused = None
+    except ValueError as exc:
+        refused = str(exc)
     parts = {part: count.compute[part] for part in DRAW_PARTS if count.compute[part]}
     return {"mode": "draws-ahead", "num_envs": args.num_envs, "steps": args.steps, "device": str(ahead.device),
             "versions": versions(), "series_sha256": series_sha256(), "broken_draw_order": bool(args.broken_draw_order),
             **compared, "compute_ops_per_step": sum(count.compute.values()),
             "compute_ops_drawn_ahead_per_step": sum(parts.values()), "drawn_ahead_by_part": parts,
+            "numpy_draws_refused": refused,
             "equal": not compared["first_difference_step"]}
 
 
