@@ -196,10 +196,18 @@ def test_the_steps_torch_operations_are_counted_by_env_method(checks: SideBySide
     assert moved == {"_reward"} and control["compute_ops_per_step_by_part"]["_reward"] < parts["_reward"]
 
 
+def unfilled(name: str) -> bool:
+    """An array MuJoCo Warp allocates and leaves unfilled for G1 Walk Flat: its constraint islands (off for this
+    model). The side-by-side checks zero what differs right after the reset; anything else differing there would
+    be hidden, so it fails the test."""
+    return "island" in name or name.startswith("map_") or name == "nidof"
+
+
 def test_sensors_in_the_last_substep_only_leave_the_same_step(checks: SideBySide, request: pytest.FixtureRequest) -> None:
     (rc, same, err), (rc_control, control, err_control) = checks.result(request)
     assert rc == 0 and same["equal"] and same["first_difference_step"] == {}, (same, err[-3000:])
-    assert same["arrays_compared"] > 100 and "sensordata" not in same["unfilled_at_reset"] and same["done_rows"] > 0
+    assert same["arrays_compared"] > 100 and same["done_rows"] > 0
+    assert all(unfilled(name) for name in same["unfilled_at_reset"]), same["unfilled_at_reset"]
     launches = same["warp_launches_per_step"]
     assert launches["last_substep"] < launches["every_substep"], launches
     # Control: no sensors in the last substep either; the check sees it at once.
@@ -211,6 +219,7 @@ def test_draws_taken_ahead_leave_the_same_step(checks: SideBySide, request: pyte
     (rc, same, err), (rc_control, control, err_control) = checks.result(request)
     assert rc == 0 and same["equal"] and same["first_difference_step"] == {}, (same, err[-3000:])
     assert same["arrays_compared"] > 100 and same["done_rows"] > 0
+    assert all(unfilled(name) for name in same["unfilled_at_reset"]), same["unfilled_at_reset"]
     # About half of the step's torch work follows from draws alone; the root state's float64 math is all of it.
     assert 0.4 < same["compute_ops_drawn_ahead_per_step"] / same["compute_ops_per_step"] < 0.6, same
     assert same["drawn_ahead_by_part"]["_reset_state"] > 100
