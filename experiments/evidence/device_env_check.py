@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The device-resident G1 Walk Flat env is the same task as UniLab 1.3.2's NumPy env: two checks.
+"""The device-resident G1 Walk Flat env is the same task as UniLab 1.3.2's NumPy env: checks, and counts of its work.
 
 Run from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``tests/test_device_env.py`` runs it on
 Warp's CPU device, ``UNISIM_MJWARP_ALLOW_CPU=1``; on a GPU host it runs on CUDA). Both envs are built from the
@@ -34,9 +34,10 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
   sensors       two device envs with the same torch draws and actions, one computing the physics' sensors in each
                 step's last substep only (the default), one in every substep (``sensors_every_substep``), step
                 ``--steps`` times; after every step each MuJoCo Warp data array and the env's outputs must be
-                bitwise equal (episodes of ``--episode-seconds``: resets within the run). Arrays that differ right after the reset are memory MuJoCo Warp allocates and does
-                not fill there (its constraint islands, off for this model): they are zeroed in both, listed, and
-                compared from then on like the rest. Also counts each env's Warp kernel launches per step.
+                bitwise equal (episodes of ``--episode-seconds``: resets within the run). Arrays that differ
+                right after the reset are memory MuJoCo Warp allocates and does not fill there (its constraint
+                islands, off for this model): they are zeroed in both, listed, and compared from then on like the
+                rest. Also counts each env's Warp kernel launches per step.
                 ``--broken-sensors`` skips the sensors in the last substep too: it must fail.
   draws-ahead   the same comparison between a device env taking each step's draws ahead (``draws_ahead``: all
                 of them, and what follows from draws alone, at the step's start) and one taking them in the step,
@@ -360,6 +361,11 @@ class LaunchCount:
         self._wp.launch = self._launch
 
 
+def same_array(a: Any, b: Any) -> bool:
+    """Two Warp arrays bitwise equal (NaN where the other has NaN counts as equal)."""
+    return bool(np.array_equal(a.numpy(), b.numpy(), equal_nan=True))
+
+
 def step_side_by_side(first: Any, second: Any, steps: int) -> dict[str, Any]:
     """Two device envs stepped with the same seeded actions after a reset: the first step at which each MuJoCo Warp
     array and env output differs (none: bitwise equal throughout), and each env's Warp launches per step. Arrays
@@ -368,7 +374,7 @@ def step_side_by_side(first: Any, second: Any, steps: int) -> dict[str, Any]:
     outputs = ("policy_obs", "critic_obs", "reward", "terminated", "truncated", "final_policy_obs", "final_critic_obs")
     results = [first.reset(), second.reset()]
     arrays = warp_arrays(first), warp_arrays(second)
-    unfilled = sorted(name for name in arrays[0] if not np.array_equal(arrays[0][name].numpy(), arrays[1][name].numpy()))
+    unfilled = sorted(name for name in arrays[0] if not same_array(arrays[0][name], arrays[1][name]))
     for side in arrays:
         for name in unfilled:
             side[name].zero_()
@@ -384,7 +390,7 @@ def step_side_by_side(first: Any, second: Any, steps: int) -> dict[str, Any]:
             launches[index] += counted.count
         done_rows += int((results[1].terminated | results[1].truncated).sum())
         for name in arrays[0]:
-            if name not in differ and not np.array_equal(arrays[0][name].numpy(), arrays[1][name].numpy(), equal_nan=True):
+            if name not in differ and not same_array(arrays[0][name], arrays[1][name]):
                 differ[name] = t
         for name in outputs:
             if name not in differ and not torch.equal(getattr(results[0], name), getattr(results[1], name)):
@@ -399,7 +405,11 @@ def sensors(args: argparse.Namespace) -> dict[str, Any]:
     every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, sensors_every_substep=True)
     if args.broken_sensors:  # negative control: no sensors in any substep, the last one included
         sim = last.sim
-        sim.step = lambda substeps: [sim._mjw.step(sim._inner_substep_model, sim._data) for _ in range(substeps)]  # noqa: SLF001
+        def quiet_step(substeps: int) -> None:
+            for _ in range(substeps):
+                sim._mjw.step(sim._inner_substep_model, sim._data)  # noqa: SLF001
+
+        sim.step = quiet_step
     compared = step_side_by_side(last, every, args.steps)
     launches = compared.pop("launches")
     return {"mode": "sensors", "num_envs": args.num_envs, "steps": args.steps, "device": str(last.device),

@@ -83,6 +83,11 @@ def op_count_table(folder: Path) -> str:
     return "\n".join(rows)
 
 
+def _equal(data: dict[str, Any]) -> str:
+    """A side-by-side check's verdict: yes, or the first step at which something differed."""
+    return "yes" if data["equal"] else f"no, from step {min(data['first_difference_step'].values())}"
+
+
 def sensors_table(folder: Path) -> str:
     """The physics' sensors in the last substep only against every substep (``device_env_check.py --mode
     sensors``): whether every MuJoCo Warp array and env output stayed bitwise equal, and the Warp kernel
@@ -95,7 +100,7 @@ def sensors_table(folder: Path) -> str:
         last, every = launches["last_substep"], launches["every_substep"]
         rows.append(f"| {name} | {data['num_envs']} ({data['device']}) | {data['steps']} | {data['done_rows']} | "
                     f"{data['arrays_compared']} + {len(data['outputs_compared'])} | "
-                    f"{'yes' if data['equal'] else 'no, from step ' + str(min(data['first_difference_step'].values()))} | "
+                    f"{_equal(data)} | "
                     f"{last:.1f} | {every:.1f} | {every - last:.1f} ({100 * (every - last) / every:.1f} %) |")
     return "\n".join(rows)
 
@@ -105,15 +110,13 @@ def draws_ahead_table(folder: Path) -> str:
     --mode draws-ahead``): whether every MuJoCo Warp array and env output stayed bitwise equal, and how many of
     the step's compute operations are taken ahead, one row per record."""
     records = [(name, data) for name, data in _load(sorted(folder.glob("*.json"))) if data.get("mode") == "draws-ahead"]
-    rows = ["| record | envs (device) | steps | done rows | arrays + outputs compared | bitwise equal | compute operations "
-            "per step | taken ahead | by part |", "|---" * 9 + "|"]
+    rows = ["| record | envs (device) | steps | done rows | arrays + outputs compared | bitwise equal "
+            "| compute operations per step | taken ahead | by part |", "|---" * 9 + "|"]
     for name, data in records:
         total, ahead = data["compute_ops_per_step"], data["compute_ops_drawn_ahead_per_step"]
         parts = ", ".join(f"`{part}` {count}" for part, count in data["drawn_ahead_by_part"].items())
-        equal = ("yes" if data["equal"] else
-                 "no, from step " + str(min(data["first_difference_step"].values())))
         rows.append(f"| {name} | {data['num_envs']} ({data['device']}) | {data['steps']} | {data['done_rows']} | "
-                    f"{data['arrays_compared']} + {len(data['outputs_compared'])} | {equal} | {total} | "
+                    f"{data['arrays_compared']} + {len(data['outputs_compared'])} | {_equal(data)} | {total} | "
                     f"{ahead} ({100 * ahead / total:.0f} %) | {parts} |")
     return "\n".join(rows)
 
