@@ -405,6 +405,7 @@ def sensors(args: argparse.Namespace) -> dict[str, Any]:
     every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, sensors_every_substep=True)
     if args.broken_sensors:  # negative control: no sensors in any substep, the last one included
         sim = last.sim
+
         def quiet_step(substeps: int) -> None:
             for _ in range(substeps):
                 sim._mjw.step(sim._inner_substep_model, sim._data)  # noqa: SLF001
@@ -460,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--episode-seconds", type=float, default=1.0,
-                        help="parity, sensors: the episode length (time-outs within the run; the tree's is 20 s)")
+                        help="parity, sensors, draws-ahead: the episode length (time-outs within the run; the tree's "
+                             "is 20 s)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--action-seed", type=int, default=7)
     parser.add_argument("--perturb-reward", default=None)

@@ -75,11 +75,8 @@ def _newest_series(groups: dict[Key, list[dict[str, Any]]]) -> dict[Key, list[di
     latest ``started_utc`` of its runs): the front page shows what the product does now; earlier series stay in
     their evidence folders (results/README.md)."""
     newest: dict[tuple[Any, ...], Key] = {}
-    for key, group in groups.items():
-        latest = max(str(r.get("started_utc")) for r in group)
-        held = newest.get(key[:6])
-        if held is None or latest > max(str(r.get("started_utc")) for r in groups[held]):
-            newest[key[:6]] = key
+    for key in sorted(groups, key=lambda k: max(str(r.get("started_utc")) for r in groups[k])):
+        newest[key[:6]] = key  # a later series of the same row replaces an earlier one
     return {key: groups[key] for key in newest.values()}
 
 
