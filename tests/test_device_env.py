@@ -20,10 +20,11 @@ test asserts on its own.
 7. The physics' sensors computed in the last substep only (the default) leave every MuJoCo Warp array and every env
    output bitwise as sensors in every substep do, over 30 steps with resets, with fewer kernel launches. Control:
    with no sensors in the last substep either, the sensors and the observations differ at the first step.
-8. A step's draws taken ahead (``draws_ahead``: every draw, and what follows from draws alone, at the step's
-   start) leave every MuJoCo Warp array and env output bitwise as draws taken in the step, over 30 steps with
-   resets, and about half of the step's torch operations are taken ahead; the step reads nothing on the host
-   either way. Control: the reset's draws taken before the observation noise differ at the first step.
+8. A step's draws taken ahead (``draws_ahead``: every draw, and what follows from draws alone, taken beside the
+   step before) leave every MuJoCo Warp array and env output bitwise as draws taken in the step, over 30 steps
+   with resets; about half of the step's torch operations are taken ahead, none inside the step's CUDA graph; the
+   step reads nothing on the host either way. Controls: the reset's draws taken before the observation noise
+   differ at the first step; the next step's draws taken inside the step's graph are found there.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ TWIN_MISSING = ("+reward.penalty_lin_vel_z={func: unilab.tasks.locomotion.common
 OPS = ("--mode", "ops", "--num-envs", "16", "--steps", "2")
 SENSORS = ("--mode", "sensors", "--num-envs", "16", "--steps", "30", "--episode-seconds", "0.5")
 AHEAD = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "30", "--episode-seconds", "0.5")
+AHEAD_CONTROL = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "2")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "120"),
@@ -84,23 +86,23 @@ CHECKS = {
     "test_the_step_with_draws_ahead_reads_nothing_on_the_host": ("--mode", "host-reads", "--num-envs", "16",
                                                                  "--steps", "20", "--draws-ahead"),
 }
-#: Tests whose run is two checks, one after the other (a count and its control).
-PAIRED = {
+#: Tests whose run is several checks, one after the other (a check or count and its controls).
+SEQUENCES = {
     "test_the_steps_torch_operations_are_counted_by_env_method": (OPS, (*OPS, "--override", "~reward.penalty_feet_ori")),
     "test_sensors_in_the_last_substep_only_leave_the_same_step": (SENSORS, ("--mode", "sensors", "--num-envs", "16",
                                                                             "--steps", "2", "--broken-sensors")),
-    "test_draws_taken_ahead_leave_the_same_step": (AHEAD, ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "2",
-                                                           "--broken-draw-order")),
+    "test_draws_taken_ahead_leave_the_same_step": (AHEAD, (*AHEAD_CONTROL, "--broken-draw-order"),
+                                                   (*AHEAD_CONTROL, "--draws-in-step-graph")),
 }
 
 
 @pytest.fixture(scope="module")
 def checks(request: pytest.FixtureRequest, tree: tuple[Path, Path]) -> Iterator[SideBySide]:
-    def paired(first: tuple[str, ...], second: tuple[str, ...]) -> tuple:
-        return check(tree, *first), check(tree, *second)
+    def in_order(*runs: tuple[str, ...]) -> tuple:
+        return tuple(check(tree, *args) for args in runs)
 
     runs = SideBySide(request).start({**{name: functools.partial(check, tree, *args) for name, args in CHECKS.items()},
-                                      **{name: functools.partial(paired, *pair) for name, pair in PAIRED.items()}})
+                                      **{name: functools.partial(in_order, *runs) for name, runs in SEQUENCES.items()}})
     yield runs
     runs.close()
 
@@ -216,16 +218,21 @@ def test_sensors_in_the_last_substep_only_leave_the_same_step(checks: SideBySide
 
 
 def test_draws_taken_ahead_leave_the_same_step(checks: SideBySide, request: pytest.FixtureRequest) -> None:
-    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
-    assert rc == 0 and same["equal"] and same["first_difference_step"] == {}, (same, err[-3000:])
+    (rc, same, err), (rc_order, order, err_order), (rc_in_graph, in_graph, err_in_graph) = checks.result(request)
+    assert rc == 0 and same["holds"] and same["first_difference_step"] == {}, (same, err[-3000:])
     assert same["arrays_compared"] > 100 and same["done_rows"] > 0
     assert all(unfilled(name) for name in same["unfilled_at_reset"]), same["unfilled_at_reset"]
     # About half of the step's torch work follows from draws alone; the root state's float64 math is all of it.
     assert 0.4 < same["compute_ops_drawn_ahead_per_step"] / same["compute_ops_per_step"] < 0.6, same
     assert same["drawn_ahead_by_part"]["_reset_state"] > 100
+    # None of it inside the step's CUDA graph, where it could only run behind the physics.
+    assert same["draw_ops_in_step_graph"] == 0, same
     assert same["numpy_draws_refused"] == "draws ahead of the physics need row-independent draws (TorchDraws)"
     # Control: the reset's draws before the observation noise; the observations differ at once.
-    assert rc_control == 1 and control["first_difference_step"]["policy_obs"] == 0, (control, err_control[-3000:])
+    assert rc_order == 1 and order["first_difference_step"]["policy_obs"] == 0, (order, err_order[-3000:])
+    # Control: the next step's draws taken inside the step's graph; the same numbers, but found there.
+    assert rc_in_graph == 1 and in_graph["equal"] and not in_graph["holds"], (in_graph, err_in_graph[-3000:])
+    assert in_graph["draw_ops_in_step_graph"] == in_graph["compute_ops_drawn_ahead_per_step"], in_graph
 
 
 def test_the_step_with_draws_ahead_reads_nothing_on_the_host(checked: tuple[int, dict, str]) -> None:

@@ -51,7 +51,7 @@ COMPILE_BEHIND_KEY = "training.compile_behind"
 DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
 #: The patched config's physics sensors of the device env (unilab patch 0015): ``last_substep`` or ``every_substep``.
 DEVICE_ENV_SENSORS_KEY = "training.device_env_sensors"
-#: The patched config's draws of the device env taken ahead, beside the physics (unilab patch 0016): true or false.
+#: The patched config's draws of the device env taken a step ahead, beside the step (unilab 0016): true or false.
 DEVICE_ENV_DRAWS_AHEAD_KEY = "training.device_env_draws_ahead"
 #: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
@@ -186,8 +186,9 @@ CONFIGS: dict[str, BenchConfig] = {
                     "physics", "overlay", (), requires_key=DEVICE_ENV_DRAWS_AHEAD_KEY,
                     training=(("device_env_draws_ahead", "true"),), collectors=("device",),
                     notes="each env step's random draws, and what follows from them alone (about half of its torch "
-                          "work), on a stream beside the MuJoCo Warp substeps (unilab 0016), with bitwise the same "
-                          "step: compare with patched-default, which takes them in the step after the physics"),
+                          "work), taken beside the step before it as a CUDA graph of their own on a stream of their "
+                          "own (unilab 0016), with bitwise the same step: compare with patched-default, which takes "
+                          "them in the step after the physics"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),

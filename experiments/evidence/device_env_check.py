@@ -39,14 +39,19 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 islands, off for this model): they are zeroed in both, listed, and compared from then on like the
                 rest. Also counts each env's Warp kernel launches per step.
                 ``--broken-sensors`` skips the sensors in the last substep too: it must fail.
-  draws-ahead   the same comparison between a device env taking each step's draws ahead (``draws_ahead``: all
-                of them, and what follows from draws alone, at the step's start) and one taking them in the step,
-                both with their own torch draws; also counts the step's compute operations and how many of them
-                are taken ahead (``DRAW_PARTS``), and records the one-line refusal of draws ahead with UniLab's
-                NumPy draws (sized by rows not known ahead). ``--broken-draw-order`` takes the reset's draws
-                before the observation noise: it must fail.
+  draws-ahead   the same comparison between a device env taking its draws ahead (``draws_ahead``: each step's
+                draws, and what follows from draws alone, taken beside the step before it) and one taking them in
+                the step, both with their own torch draws; also counts the step's compute operations and how many
+                of them are taken ahead (``DRAW_PARTS``), and records the one-line refusal of draws ahead with
+                UniLab's NumPy draws (sized by rows not known ahead). The draws must stay out of the step's CUDA
+                graph (the env's ``_step_body``): MuJoCo Warp ends and resumes that capture at its conditional
+                nodes, which CUDA refuses while a stream forked from the capture has not joined, so draws there
+                could only run behind the physics, not beside it. ``--broken-draw-order`` takes the reset's draws
+                before the observation noise, ``--draws-in-step-graph`` the next step's draws inside the step's
+                graph: each must fail.
 
-Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 when the device env refuses the task.
+Prints one JSON; exit 0 when the check holds (``equal``; for draws-ahead ``holds``: equal, and no draw in the step's
+graph), 1 when it does not, 2 when the device env refuses the task.
 """
 
 from __future__ import annotations
@@ -272,9 +277,10 @@ def host_reads(args: argparse.Namespace) -> dict[str, Any]:
 #: The device env's methods an ATen operation is counted under (the innermost one on the stack), in step order.
 PARTS = ("step", "_terminate", "_reward", "_advance_command", "_observe", "_reset_rows", "_update_curriculum",
          "_reset_state", "_resample_command", "reset_rows", "forward_rows", "_draw_command", "_draw_noise",
-         "_draw_reset", "_draw_ahead")
-#: The parts that take draws and work out what follows from them alone (with draws ahead, beside the physics).
-DRAW_PARTS = ("_draw_ahead", "_draw_command", "_draw_noise", "_draw_reset", "_reset_state")
+         "_draw_reset", "_draw_step", "_draw_next", "_take_next")
+#: The parts that take draws and work out what follows from them alone (with draws ahead, beside the step, with
+#: the copy into the buffer the next step reads).
+DRAW_PARTS = ("_draw_next", "_draw_step", "_draw_command", "_draw_noise", "_draw_reset", "_reset_state")
 
 
 class OpCount(TorchDispatchMode):
@@ -285,6 +291,8 @@ class OpCount(TorchDispatchMode):
         self.compute: collections.Counter[str] = collections.Counter()
         self.views: collections.Counter[str] = collections.Counter()
         self.by_op: collections.Counter[str] = collections.Counter()
+        self.in_step_graph = False  # set while the body of the env step's CUDA graph runs (``mark_step_graph``)
+        self.draws_in_step_graph = 0  # compute operations of a draw part run there
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         names = [frame.name for frame in traceback.extract_stack(limit=48)]
@@ -293,7 +301,22 @@ class OpCount(TorchDispatchMode):
         (self.views if view else self.compute)[part] += 1
         if not view:
             self.by_op[func.overloadpacket.__name__] += 1
+            self.draws_in_step_graph += self.in_step_graph and part in DRAW_PARTS
         return func(*args, **(kwargs or {}))
+
+
+def mark_step_graph(dev: Any, count: OpCount) -> None:
+    """Has ``count`` know when the body the env records as its step's CUDA graph (``_step_body``) runs."""
+    body = dev._step_body  # noqa: SLF001
+
+    def step_graph() -> None:
+        count.in_step_graph = True
+        try:
+            body()
+        finally:
+            count.in_step_graph = False
+
+    dev._step_body = step_graph  # noqa: SLF001
 
 
 def versions() -> dict[str, str]:
@@ -431,10 +454,19 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
             command, reset = ahead._draw_command(rows), ahead._draw_reset(rows)  # noqa: SLF001
             return _StepDraws(command, ahead._draw_noise(rows), reset, ahead._draw_noise(rows))  # noqa: SLF001
 
-        ahead._draw_ahead = reordered  # noqa: SLF001
+        ahead._draw_step = reordered  # noqa: SLF001
+    if args.draws_in_step_graph:  # negative control: the next step's draws taken inside the step's graph
+        body, draw_next = ahead._step_body, ahead._draw_next  # noqa: SLF001
+
+        def body_drawing() -> None:
+            draw_next()
+            body()
+
+        ahead._step_body, ahead._draw_next = body_drawing, lambda: None  # noqa: SLF001
     compared = step_side_by_side(ahead, in_step, args.steps)
     compared.pop("launches")
     count = OpCount()  # where the step's torch work is, counted after the comparison (it draws)
+    mark_step_graph(ahead, count)
     step_under(ahead, count, 1)
     from unilab.envs.device import G1WalkDeviceEnv
     from unilab.envs.device.draws import NumpyDraws
@@ -448,10 +480,13 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
     parts = {part: count.compute[part] for part in DRAW_PARTS if count.compute[part]}
     return {"mode": "draws-ahead", "num_envs": args.num_envs, "steps": args.steps, "device": str(ahead.device),
             "versions": versions(), "series_sha256": series_sha256(), "broken_draw_order": bool(args.broken_draw_order),
+            "draws_in_step_graph_control": bool(args.draws_in_step_graph),
             **compared, "compute_ops_per_step": sum(count.compute.values()),
             "compute_ops_drawn_ahead_per_step": sum(parts.values()), "drawn_ahead_by_part": parts,
+            "draw_ops_in_step_graph": count.draws_in_step_graph,
             "numpy_draws_refused": refused,
-            "equal": not compared["first_difference_step"]}
+            "equal": not compared["first_difference_step"], "holds": not compared["first_difference_step"]
+            and not count.draws_in_step_graph}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -471,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="distribution, ops: a Hydra override of the env")
     parser.add_argument("--broken-index", action="store_true", help="host-reads: the negative control")
     parser.add_argument("--broken-sensors", action="store_true", help="sensors: the negative control")
-    parser.add_argument("--broken-draw-order", action="store_true", help="draws-ahead: the negative control")
+    parser.add_argument("--broken-draw-order", action="store_true", help="draws-ahead: a negative control")
+    parser.add_argument("--draws-in-step-graph", action="store_true", help="draws-ahead: a negative control")
     parser.add_argument("--draws-ahead", action="store_true", help="host-reads: the env taking its draws ahead")
     args = parser.parse_args(argv)
     try:
@@ -481,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result))
-    return 0 if result["equal"] else 1
+    return 0 if result.get("holds", result["equal"]) else 1
 
 
 if __name__ == "__main__":

@@ -107,17 +107,19 @@ def sensors_table(folder: Path) -> str:
 
 def draws_ahead_table(folder: Path) -> str:
     """A device env taking each step's draws ahead against one taking them in the step (``device_env_check.py
-    --mode draws-ahead``): whether every MuJoCo Warp array and env output stayed bitwise equal, and how many of
-    the step's compute operations are taken ahead, one row per record."""
+    --mode draws-ahead``): whether every MuJoCo Warp array and env output stayed bitwise equal, how many of the
+    step's compute operations are taken ahead, and how many draw operations ran inside the step's CUDA graph
+    (none may), one row per record."""
     records = [(name, data) for name, data in _load(sorted(folder.glob("*.json"))) if data.get("mode") == "draws-ahead"]
     rows = ["| record | envs (device) | steps | done rows | arrays + outputs compared | bitwise equal "
-            "| compute operations per step | taken ahead | by part |", "|---" * 9 + "|"]
+            "| compute operations per step | taken ahead | by part | draw operations in the step's graph |",
+            "|---" * 10 + "|"]
     for name, data in records:
         total, ahead = data["compute_ops_per_step"], data["compute_ops_drawn_ahead_per_step"]
         parts = ", ".join(f"`{part}` {count}" for part, count in data["drawn_ahead_by_part"].items())
         rows.append(f"| {name} | {data['num_envs']} ({data['device']}) | {data['steps']} | {data['done_rows']} | "
                     f"{data['arrays_compared']} + {len(data['outputs_compared'])} | {_equal(data)} | {total} | "
-                    f"{ahead} ({100 * ahead / total:.0f} %) | {parts} |")
+                    f"{ahead} ({100 * ahead / total:.0f} %) | {parts} | {data['draw_ops_in_step_graph']} |")
     return "\n".join(rows)
 
 
