@@ -51,6 +51,10 @@
 #           kernel cache each time: experiments/evidence/mjwarp_kernel_build.py for KB_ROUNDS (2) rounds,
 #           alternating over KB_WORKERS (0 auto: Warp's build at launch, the default, then one build worker per
 #           usable CPU), KB_NUM_ENVS (256) worlds, one after another on GPU 0. JSONs in $work/kernel-build/.
+#   env-graph  the device env's CUDA graphs (experiments/evidence/device_env_graph_check.py) from the tree root,
+#           one after another on GPU 0 at ENV_GRAPH_ENVS (256) envs: the step's memory and its control
+#           (--shared-pool), the draws taken ahead and their control (--draws-unregistered), a failed capture.
+#           JSONs in $work/env-graph/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -58,7 +62,7 @@
 # (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start|kernel-build'
+modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start|kernel-build|env-graph'
 [ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
                   exit 2; }
 budget=${BUDGET_S:-540}
@@ -254,6 +258,15 @@ for mode in "$@"; do
             --output "'"$work"'/kernel-build/workers-$workers-round$round.json" ); echo "$run: exit $?"
           rm -rf "$caches"
         done' kernel-build "${runs[@]}"
+      ;;
+    env-graph)
+      mkdir -p "$work/env-graph"
+      on_gpu 0 env-graph bash -c 'cd "'"$tree"'" || exit 1
+        export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
+        for run in "memory" "memory --shared-pool" "draws" "draws --draws-unregistered" "failed"; do
+          python3 "'"$PWD"'/experiments/evidence/device_env_graph_check.py" --mode $run \
+            --num-envs "'"${ENV_GRAPH_ENVS:-256}"'" >"'"$work"'/env-graph/${run// /}.json"; echo "$run: exit $?"
+        done'
       ;;
     *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2
        exit 2 ;;

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The device env's CUDA graphs on a GPU: where their memory is, the draws taken ahead, a failed capture.
+
+Run on a CUDA host from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``device_evidence.sh
+env-graph``); on a machine without CUDA it says so in one line and exits 2. G1 Walk Flat's device env from the
+tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), seeded uniform actions.
+
+  memory    after the env's first reset (which captures its step), every byte of the cached free memory of
+            torch's shared pool on the env's stream is taken by sentinel probes; ``--steps`` graph replays
+            follow. The step's graph must write into none of them: its torch temporaries live in pools of its own
+            (unilab 0017). ``--shared-pool`` captures without the env's own pool (MuJoCo Warp's conditional
+            nodes resume the capture under a new id, which torch's private pool does not follow): the control,
+            whose probes the replays overwrite.
+  draws     two envs taking their draws ahead from one seed, one replaying its graphs (the step's and the
+            draws'), one eager: after each of ``--steps`` steps the draws the next step will read must be
+            bitwise equal (torch's Philox draws are the same numbers wherever they run, when the generator's
+            offsets are right). ``--draws-unregistered`` captures the draws' graph without its generator, which
+            then never advances: the control, whose draws repeat.
+  failed    the step's capture broken on purpose (a host read inside the step): the env must say it stays eager
+            and step on, ``--steps`` times, with finite outputs (unilab 0018).
+
+Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 without CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_env_check import make_device_env, series_sha256, versions  # noqa: E402
+
+SENTINEL = 7.0
+#: Probe sizes in float32 elements: above 1 MiB (torch's large pool) then 512 bytes (its small pool).
+PROBE_ELEMENTS = ((1 << 18) + 128, 128)
+MAX_PROBES = 200_000
+
+
+def seeded_actions(dev: Any, steps: int) -> torch.Tensor:
+    actions = torch.rand((steps, dev.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
+    return (actions * 2 - 1).to(dev.device)
+
+
+def fill_cached_memory(dev: Any) -> list[torch.Tensor]:
+    """Sentinel tensors on the env's stream until the allocator has to reserve more memory: by then they hold every
+    cached free block of torch's shared pool for that stream (a stream's blocks serve only that stream)."""
+    probes: list[torch.Tensor] = []
+    with torch.cuda.stream(dev.sim.stream):
+        for elements in PROBE_ELEMENTS:
+            reserved = torch.cuda.memory_reserved(dev.device)
+            while len(probes) < MAX_PROBES and torch.cuda.memory_reserved(dev.device) == reserved:
+                probes.append(torch.full((elements,), SENTINEL, dtype=torch.float32, device=dev.device))
+    torch.cuda.synchronize(dev.device)
+    return probes
+
+
+def memory(args: argparse.Namespace) -> dict[str, Any]:
+    if args.shared_pool:  # the control: the capture without the env's own pool
+        torch.cuda.use_mem_pool = lambda pool, device=None: contextlib.nullcontext()
+    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False)
+    dev.reset()
+    probes = fill_cached_memory(dev)
+    actions = seeded_actions(dev, args.steps)
+    for t in range(args.steps):
+        dev.step(actions[t])
+    torch.cuda.synchronize(dev.device)
+    overwritten = sum(int(bool((probe != SENTINEL).any())) for probe in probes)
+    captured = dev.graph_status == "captured"
+    return {"mode": "memory", "shared_pool_control": bool(args.shared_pool), "graph_status": dev.graph_status,
+            "probes": len(probes), "probe_mib": sum(p.numel() * 4 for p in probes) / 2**20,
+            "probes_overwritten": overwritten, "holds": captured and overwritten == 0}
+
+
+def next_draws(dev: Any) -> torch.Tensor:
+    return dev._drawn._bytes[0].clone()  # noqa: SLF001 - the bytes of the draws the next step reads
+
+
+def draws(args: argparse.Namespace) -> dict[str, Any]:
+    graphed = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, draws_ahead=True)
+    eager = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=True)
+    if args.draws_unregistered:  # the control: the draws' graph without its generator
+        capture = graphed.sim.capture
+
+        def unregistered(body: Any, generators: tuple, **kwargs: Any) -> Any:
+            return capture(body, () if kwargs.get("warp") is False else generators, **kwargs)
+
+        graphed.sim.capture = unregistered
+    graphed.reset()  # a reset, one eager step (its next draws taken), the capture (no draw), a reset
+    eager.reset()  # the same draws, in the same order
+    eager.step(torch.zeros((eager.num_envs, eager.action_dim), device=eager.device))
+    eager.reset()
+    first_difference = None
+    actions = seeded_actions(graphed, args.steps)
+    for t in range(args.steps):
+        graphed.step(actions[t])
+        eager.step(actions[t])
+        if first_difference is None and not torch.equal(next_draws(graphed), next_draws(eager)):
+            first_difference = t
+    captured = graphed.graph_status == "captured" and graphed._draw_graph is not None  # noqa: SLF001
+    return {"mode": "draws", "draws_unregistered_control": bool(args.draws_unregistered),
+            "graph_status": graphed.graph_status, "draws_graph": graphed._draw_graph is not None,  # noqa: SLF001
+            "first_difference_step": first_difference, "holds": captured and first_difference is None}
+
+
+def failed(args: argparse.Namespace) -> dict[str, Any]:
+    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False)
+    terminate = dev._terminate  # noqa: SLF001
+
+    def with_host_read() -> None:
+        terminate()
+        float(dev.reward.sum())  # a host read: illegal inside a capture
+
+    dev._terminate = with_host_read  # noqa: SLF001
+    dev.reset()
+    actions = seeded_actions(dev, args.steps)
+    error = None
+    stepped = 0
+    try:
+        for t in range(args.steps):
+            out = dev.step(actions[t])
+            stepped += 1
+        finite = bool(torch.isfinite(out.policy_obs).all() and torch.isfinite(out.reward).all())
+    except RuntimeError as exc:
+        error, finite = str(exc).splitlines()[0], False
+    eager = dev.graph_status.startswith("eager (capture failed")
+    return {"mode": "failed", "graph_status": dev.graph_status, "steps_taken": stepped, "error": error,
+            "finite": finite, "holds": eager and stepped == args.steps and finite}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", choices=("memory", "draws", "failed"), required=True)
+    parser.add_argument("--num-envs", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--shared-pool", action="store_true", help="memory: the negative control")
+    parser.add_argument("--draws-unregistered", action="store_true", help="draws: the negative control")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("device_env_graph_check: needs a CUDA device (the env's CUDA graphs)", file=sys.stderr)
+        return 2
+    result = {"memory": memory, "draws": draws, "failed": failed}[args.mode](args)
+    result.update(num_envs=args.num_envs, steps=args.steps, device=torch.cuda.get_device_name(),
+                  versions=versions(), series_sha256=series_sha256())
+    print(json.dumps(result))
+    return 0 if result["holds"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
