@@ -14,8 +14,8 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
   draws     two envs taking their draws ahead from one seed, one replaying its graphs (the step's and the
             draws'), one eager: after each of ``--steps`` steps the draws the next step will read must be
             bitwise equal (torch's Philox draws are the same numbers wherever they run, when the generator's
-            offsets are right). ``--draws-unregistered`` captures the draws' graph without its generator, which
-            then never advances: the control, whose draws repeat.
+            offsets are right). ``--offset-shifted`` draws once more from the graphed env's generator after its
+            reset, so that its later draws come from other offsets: the control, which must differ.
   failed    the step's capture broken on purpose (a host read inside the step): the env must say it stays eager
             and step on, ``--steps`` times, with finite outputs (unilab 0018).
 
@@ -84,17 +84,12 @@ def next_draws(dev: Any) -> torch.Tensor:
 def draws(args: argparse.Namespace) -> dict[str, Any]:
     graphed = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, draws_ahead=True)
     eager = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=True)
-    if args.draws_unregistered:  # the control: the draws' graph without its generator
-        capture = graphed.sim.capture
-
-        def unregistered(body: Any, generators: tuple, **kwargs: Any) -> Any:
-            return capture(body, () if kwargs.get("warp") is False else generators, **kwargs)
-
-        graphed.sim.capture = unregistered
     graphed.reset()  # a reset, one eager step (its next draws taken), the capture (no draw), a reset
     eager.reset()  # the same draws, in the same order
     eager.step(torch.zeros((eager.num_envs, eager.action_dim), device=eager.device))
     eager.reset()
+    if args.offset_shifted:  # the control: the graphed env's generator one draw further on
+        torch.rand(1, device=graphed.device, generator=graphed.draws.generator)
     first_difference = None
     actions = seeded_actions(graphed, args.steps)
     for t in range(args.steps):
@@ -103,7 +98,7 @@ def draws(args: argparse.Namespace) -> dict[str, Any]:
         if first_difference is None and not torch.equal(next_draws(graphed), next_draws(eager)):
             first_difference = t
     captured = graphed.graph_status == "captured" and graphed._draw_graph is not None  # noqa: SLF001
-    return {"mode": "draws", "draws_unregistered_control": bool(args.draws_unregistered),
+    return {"mode": "draws", "offset_shifted_control": bool(args.offset_shifted),
             "graph_status": graphed.graph_status, "draws_graph": graphed._draw_graph is not None,  # noqa: SLF001
             "first_difference_step": first_difference, "holds": captured and first_difference is None}
 
@@ -140,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shared-pool", action="store_true", help="memory: the negative control")
-    parser.add_argument("--draws-unregistered", action="store_true", help="draws: the negative control")
+    parser.add_argument("--offset-shifted", action="store_true", help="draws: the negative control")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("device_env_graph_check: needs a CUDA device (the env's CUDA graphs)", file=sys.stderr)
