@@ -300,6 +300,9 @@ def test_unilab_trains_with_compile_behind_and_ends_where_the_warmed_run_ends(tr
     record = summary["compile_behind"]
     assert record["helper_exit_code"] == 0 and 1 <= record["swap_iteration"] <= 300, record
     assert record["swap_pause_s"] >= 0 and record["swap_after_start_s"] >= record["helper_s"] > 0, record
+    # Graph by graph, what the helper and the swap compiled (uni_rl 0038): nothing on the CPU (the learner compiles
+    # on CUDA only), but the helper's list came back through its file.
+    assert record["helper_frames"] == [] and record["swap_frames"] == [], record
     assert "compile_behind" not in json.loads((tmp_path / "warmed" / "run_summary.json").read_text())
     assert "[compile behind] helper: Learner warm-up" in behind.stderr, behind.stderr[-3000:]
     a = torch.load(tmp_path / "behind" / "model_300.pt", map_location="cpu", weights_only=True)

@@ -104,3 +104,41 @@ def test_warm_up_compiles_every_frame_once(patched_uni_rl_root: Path) -> None:
     restore = next(key for key in result["shared"] if key.startswith("_guarded_restore_critic_statistics"))
     assert result["shared"][restore] == 2
     assert "len(saved) ==" in result["shared_guards"][restore]
+
+
+def test_the_warm_ups_compiles_are_recorded_graph_by_graph(patched_uni_rl_root: Path) -> None:
+    """``uni_rl.offpolicy.compile_record`` (uni_rl 0038): the warm-up's compiles since a moment, one record per
+    compiled frame with its seconds and no recompile reason; a later recompile carries its failed guard. Control:
+    a compile made before the moment is not among those read from it."""
+    result = run_snippet(
+        patched_uni_rl_root,
+        COUNT
+        + textwrap.dedent(
+            """
+        from uni_rl.offpolicy.compile_record import frame_compiles, now_us
+
+        since = now_us()
+        l = warmed_up()
+        warm_up = frame_compiles(since)
+        before = torch.compile(lambda x: x + 1, backend="eager")
+        before(torch.ones(2))
+        moment = now_us()
+        l.tau = l.tau * 0.5
+        l.soft_update_target()
+        print(json.dumps({"warm_up": warm_up, "after": frame_compiles(moment),
+                          "everything": [f["frame"] for f in frame_compiles()]}))
+        """
+        ),
+    )
+    warm_up = result["warm_up"]
+    assert sorted(f["frame"] for f in warm_up) == sorted({
+        "_critic_objective_eager", "_actor_objective_eager", "get_mean_and_std",
+        "_guarded_restore_critic_statistics_eager", "_guarded_restore_actor_statistics_eager",
+        "_guarded_restore_normalizer_statistics_eager", "_guarded_normalize_critic_eager",
+        "_guarded_normalize_actor_eager", "_guarded_polyak_eager",
+    }), warm_up
+    assert all(f["compile_s"] > 0 and f["graph_ops"] > 0 and f["recompile_reason"] is None and f["failed"] is None
+               for f in warm_up), warm_up
+    after = result["after"]
+    assert [f["frame"] for f in after] == ["_guarded_polyak_eager"] and "tau" in after[0]["recompile_reason"], after
+    assert "<lambda>" in result["everything"], result["everything"]  # read from the start, it is there

@@ -228,7 +228,8 @@ def install() -> bool:
 
 
 def _compile_metrics() -> dict[str, Any]:
-    """Torch's own compile-time counters (seconds per phase), when torch recorded any."""
+    """Torch's own compile-time counters (seconds per phase), when torch recorded any, and this process's compiles
+    graph by graph (``frames``: the patched ``uni_rl.offpolicy.compile_record``; None with a uni_rl without it)."""
     torch_mod = sys.modules.get("torch")
     if torch_mod is None:
         return {}
@@ -240,7 +241,13 @@ def _compile_metrics() -> dict[str, Any]:
         counts = {str(k): len(v) for k, v in metrics.items() if v}
         stats: dict[str, Any] = dict(dynamo_utils.counters.get("stats", {}))  # type: ignore[call-overload]
         unique_graphs = stats.get("unique_graphs")
-        return {"phase_total_s": totals, "phase_calls": counts, "unique_graphs": unique_graphs}
+        try:
+            from uni_rl.offpolicy.compile_record import frame_compiles
+        except ImportError:  # unpatched uni_rl
+            frames = None
+        else:
+            frames = frame_compiles()
+        return {"phase_total_s": totals, "phase_calls": counts, "unique_graphs": unique_graphs, "frames": frames}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
