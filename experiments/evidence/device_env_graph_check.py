@@ -114,13 +114,12 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
     dev._terminate = with_host_read  # noqa: SLF001
     dev.reset()
     actions = seeded_actions(dev, args.steps)
-    error = None
-    stepped = 0
+    error, stepped, finite = None, 0, True
     try:
         for t in range(args.steps):
             out = dev.step(actions[t])
             stepped += 1
-        finite = bool(torch.isfinite(out.policy_obs).all() and torch.isfinite(out.reward).all())
+            finite = finite and bool(torch.isfinite(out.policy_obs).all() and torch.isfinite(out.reward).all())
     except RuntimeError as exc:
         error, finite = str(exc).splitlines()[0], False
     eager = dev.graph_status.startswith("eager (capture failed")
