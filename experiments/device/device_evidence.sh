@@ -55,6 +55,10 @@
 #           one after another on GPU 0 at ENV_GRAPH_ENVS (256) envs: the step's memory and its control
 #           (--shared-pool), the draws taken ahead and their control (--offset-shifted), a failed capture.
 #           JSONs in $work/env-graph/.
+#   learner-profile  the learner's kernels per iteration by kind and the largest
+#           (experiments/evidence/learner_kernel_profile.py) from the tree root, one after another on GPU 0: each
+#           setting of LP_SETTINGS (unilab-default report; the report's at 2/1/1) on the whole-iteration graph,
+#           then on the per-update path. JSONs in $work/learner-profile/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -62,7 +66,7 @@
 # (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start|kernel-build|env-graph'
+modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start|kernel-build|env-graph|learner-profile'
 [ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
                   exit 2; }
 budget=${BUDGET_S:-540}
@@ -266,6 +270,19 @@ for mode in "$@"; do
         for run in "memory" "memory --shared-pool" "draws" "draws --offset-shifted" "failed"; do
           python3 "'"$PWD"'/experiments/evidence/device_env_graph_check.py" --mode $run \
             --num-envs "'"${ENV_GRAPH_ENVS:-256}"'" >"'"$work"'/env-graph/${run// /}.json"; echo "$run: exit $?"
+        done'
+      ;;
+    learner-profile)
+      mkdir -p "$work/learner-profile"
+      on_gpu 0 learner-profile bash -c 'cd "'"$tree"'" || exit 1
+        export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
+        for setting in '"${LP_SETTINGS:-unilab-default report}"'; do
+          schedule=; [ "$setting" = report ] && schedule="--updates-per-step 2"  # the report at 2/1/1
+          for path in "" "--per-update"; do
+            python3 "'"$PWD"'/experiments/evidence/learner_kernel_profile.py" --setting "$setting" $schedule $path \
+              --output "'"$work"'/learner-profile/$setting${path:+-per-update}.json" >/dev/null
+            echo "$setting $path: exit $?"
+          done
         done'
       ;;
     *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2
