@@ -1,0 +1,58 @@
+"""The GPU-only evidence tools behave on the CPU, so that a lent GPU's minutes are not lost to a broken script.
+
+- ``experiments/evidence/learner_kernel_profile.py`` runs on the CPU as a smoke run: the learner built as training
+  builds it (G1 Walk Flat's dimensions from its env), warmed up, timed and profiled; the operations it counts add
+  up over their kinds, and the per-update path is the one it says it ran.
+- ``experiments/evidence/device_env_graph_check.py`` (the env's CUDA graphs) refuses a machine without CUDA in one
+  line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ONE_THREAD, PROJECT, runnable_tree
+
+EVIDENCE = PROJECT / "experiments" / "evidence"
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, Path]) -> tuple[Path, Path]:
+    return runnable_tree(applied_session[0], tmp_path_factory.mktemp("gpu-tools") / "unilab"), applied_session[1]
+
+
+def _run(tree: tuple[Path, Path], script: str, *args: str) -> subprocess.CompletedProcess:
+    root, overlay = tree
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable",
+               CUDA_VISIBLE_DEVICES="", **ONE_THREAD)
+    return subprocess.run([sys.executable, "-W", "ignore", str(EVIDENCE / script), *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> None:
+    proc = _run(tree, "learner_kernel_profile.py", "--setting", "report", "--updates-per-step", "2",
+                "--iterations", "2", "--profiled", "1", "--per-update")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["dims"] == {"obs_dim": 98, "critic_obs_dim": 101, "action_dim": 29}, result["dims"]
+    assert result["batch_size"] == 256 and result["schedule"] == "2 updates, policy frequency 2", result
+    assert result["whole_iteration_graph"] is False and result["device"] == "cpu", result
+    profile = result["profile"]
+    assert profile["kernels_per_iteration"] > 100, profile
+    assert sum(kind["per_iteration"] for kind in profile["by_kind"].values()) == pytest.approx(
+        profile["kernels_per_iteration"]), profile["by_kind"]
+    assert profile["largest"] and all(entry["us_per_iteration"] >= 0 for entry in profile["largest"]), profile
+
+
+def test_the_env_graph_check_refuses_a_machine_without_cuda(tree: tuple[Path, Path]) -> None:
+    proc = _run(tree, "device_env_graph_check.py", "--mode", "memory")
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr[-2000:])
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "device_env_graph_check: needs a CUDA device (the env's CUDA graphs)"), proc.stderr[-2000:]
