@@ -116,7 +116,7 @@ def profile(learner: Any, batches: list[dict[str, Any]], schedule: Any, iteratio
         if on_device != cuda or (not cuda and event.cpu_parent is not None):
             continue  # on the CPU only top-level operations, as the step would launch them
         counts[event.name] += 1
-        micros[event.name] += event.device_time if cuda else event.cpu_time
+        micros[event.name] += event.device_time_total if cuda else event.cpu_time_total
     kinds: dict[str, dict[str, float]] = {}
     for name, count in counts.items():
         entry = kinds.setdefault(kind_of(name), {"per_iteration": 0.0, "us_per_iteration": 0.0})
