@@ -25,6 +25,9 @@ test asserts on its own.
    with resets; about half of the step's torch operations are taken ahead, none inside the step's CUDA graph; the
    step reads nothing on the host either way. Controls: the reset's draws taken before the observation noise
    differ at the first step; the next step's draws taken inside the step's graph are found there.
+9. A step whose CUDA graph capture fails (simulated on the CPU: the capture moves the draws' generator, as a real
+   one does, then fails) says it stays eager and steps on bitwise as a twin that never tried, from the draws it
+   would have taken. Control: the generator moved and not put back differs at once.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ OPS = ("--mode", "ops", "--num-envs", "16", "--steps", "2")
 SENSORS = ("--mode", "sensors", "--num-envs", "16", "--steps", "30", "--episode-seconds", "0.5")
 AHEAD = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "30", "--episode-seconds", "0.5")
 AHEAD_CONTROL = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "2")
+FAILED = ("--mode", "failed-capture", "--num-envs", "16", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "120"),
@@ -93,6 +97,8 @@ SEQUENCES = {
                                                                             "--steps", "2", "--broken-sensors")),
     "test_draws_taken_ahead_leave_the_same_step": (AHEAD, (*AHEAD_CONTROL, "--broken-draw-order"),
                                                    (*AHEAD_CONTROL, "--draws-in-step-graph")),
+    "test_a_failed_capture_steps_on_with_the_draws_it_would_have_taken": ((*FAILED, "--steps", "10"),
+                                                                          (*FAILED, "--steps", "2", "--no-restore")),
 }
 
 
@@ -238,3 +244,14 @@ def test_draws_taken_ahead_leave_the_same_step(checks: SideBySide, request: pyte
 def test_the_step_with_draws_ahead_reads_nothing_on_the_host(checked: tuple[int, dict, str]) -> None:
     rc, result, err = checked
     assert rc == 0 and result["host_reads"] == [] and result["calls"] == 0, (result, err[-3000:])
+
+
+def test_a_failed_capture_steps_on_with_the_draws_it_would_have_taken(checks: SideBySide,
+                                                                      request: pytest.FixtureRequest) -> None:
+    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
+    assert rc == 0 and same["equal"] and same["first_difference_step"] == {}, (same, err[-3000:])
+    assert same["graph_status"] == "eager (capture failed: the capture failed (on purpose))", same
+    assert "G1WalkDeviceEnv: the step stays eager" in err, err[-2000:]  # said, in one line
+    assert all(unfilled(name) for name in same["unfilled_at_reset"]), same["unfilled_at_reset"]
+    # Control: the generator moved as by the failed capture, and not put back: the reset already differs.
+    assert rc_control == 1 and control["first_difference_step"]["policy_obs"] == 0, (control, err_control[-3000:])

@@ -49,6 +49,13 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 could only run behind the physics, not beside it. ``--broken-draw-order`` takes the reset's draws
                 before the observation noise, ``--draws-in-step-graph`` the next step's draws inside the step's
                 graph: each must fail.
+  failed-capture  a device env whose step capture fails (the capture replaced by one that moves the draws'
+                generator, as a real capture does to a generator registered with it, then fails) against a twin
+                that never tried: after the env's failure handling both step on from the same draws, so every
+                MuJoCo Warp array and env output must stay bitwise equal over ``--steps`` steps. On CUDA the moved
+                generator is also left in capture state, where its next draw stops the run; the GPU side is
+                ``device_env_graph_check.py --mode failed``. ``--no-restore`` moves the generator the same way
+                without the env's handling: the control, which must differ.
 
 Prints one JSON; exit 0 when the check holds (``equal``; for draws-ahead ``holds``: equal, and no draw in the step's
 graph), 1 when it does not, 2 when the device env refuses the task.
@@ -489,9 +496,35 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
             and not count.draws_in_step_graph}
 
 
+def failed_capture(args: argparse.Namespace) -> dict[str, Any]:
+    extra = (f"env.max_episode_seconds={args.episode_seconds}",)
+    failing = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
+    twin = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
+
+    def move(generators: tuple[torch.Generator, ...]) -> None:
+        for generator in generators:
+            torch.rand(16, generator=generator)
+
+    def capture(body: Any, generators: tuple[torch.Generator, ...], **kwargs: Any) -> Any:
+        move(generators)
+        raise RuntimeError("the capture failed (on purpose)")
+
+    if args.no_restore:  # the control: the generator moved, and nothing put it back
+        move((failing.draws.generator,))
+    else:
+        failing.sim.capture = capture
+        failing._capture()  # noqa: SLF001 - what the first reset runs on CUDA
+    compared = step_side_by_side(failing, twin, args.steps)
+    compared.pop("launches")
+    return {"mode": "failed-capture", "num_envs": args.num_envs, "steps": args.steps, "device": str(failing.device),
+            "no_restore_control": bool(args.no_restore), "graph_status": failing.graph_status, **compared,
+            "equal": not compared["first_difference_step"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops", "sensors", "draws-ahead"),
+    parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops", "sensors", "draws-ahead",
+                                           "failed-capture"),
                         required=True)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
@@ -509,10 +542,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broken-draw-order", action="store_true", help="draws-ahead: a negative control")
     parser.add_argument("--draws-in-step-graph", action="store_true", help="draws-ahead: a negative control")
     parser.add_argument("--draws-ahead", action="store_true", help="host-reads: the env taking its draws ahead")
+    parser.add_argument("--no-restore", action="store_true", help="failed-capture: the negative control")
     args = parser.parse_args(argv)
     try:
         result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops,
-                  "sensors": sensors, "draws-ahead": draws_ahead}[args.mode](args)
+                  "sensors": sensors, "draws-ahead": draws_ahead, "failed-capture": failed_capture}[args.mode](args)
     except ValueError as exc:  # a task the device env refuses: its one-line reason
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2
