@@ -9,15 +9,17 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             torch's shared pool on the env's stream is taken by sentinel probes; ``--steps`` graph replays
             follow. The step's graph must write into none of them: its torch temporaries live in pools of its own
             (unilab 0017). ``--shared-pool`` captures without the env's own pool (MuJoCo Warp's conditional
-            nodes resume the capture under a new id, which torch's private pool does not follow): the control,
-            whose probes the replays overwrite.
+            nodes end and resume the capture): the control. On an H200 with torch 2.11 the control's probes came
+            through untouched too (``results/2026-12-05-h200-env-draws-sensors/``): there the check shows no
+            temporaries in the shared pool either way, and is no gate.
   draws     two envs taking their draws ahead from one seed, one replaying its graphs (the step's and the
             draws'), one eager: after each of ``--steps`` steps the draws the next step will read must be
             bitwise equal (torch's Philox draws are the same numbers wherever they run, when the generator's
             offsets are right). ``--offset-shifted`` draws once more from the graphed env's generator after its
             reset, so that its later draws come from other offsets: the control, which must differ.
   failed    the step's capture broken on purpose (a host read inside the step): the env must say it stays eager
-            and step on, ``--steps`` times, with finite outputs (unilab 0018).
+            and step on, ``--steps`` times, with finite outputs (unilab 0018). On an H200 with torch 2.11 the
+            process aborted after the failure (torch's allocator still counted the capture as under way).
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 without CUDA.
 """
@@ -82,8 +84,11 @@ def next_draws(dev: Any) -> torch.Tensor:
 
 
 def draws(args: argparse.Namespace) -> dict[str, Any]:
-    graphed = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, draws_ahead=True)
+    # Each device env makes its own stream Warp's current stream: the graphed env is built last, so that its
+    # capture records its own physics (the eager env's physics then runs on the graphed env's stream, unordered
+    # with its torch work; the draws compared here do not depend on it).
     eager = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=True)
+    graphed = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, draws_ahead=True)
     graphed.reset()  # a reset, one eager step (its next draws taken), the capture (no draw), a reset
     eager.reset()  # the same draws, in the same order
     eager.step(torch.zeros((eager.num_envs, eager.action_dim), device=eager.device))
