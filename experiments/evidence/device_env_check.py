@@ -253,11 +253,16 @@ class HostReads(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def seeded_actions(dev: Any, steps: int) -> torch.Tensor:
+    """``steps`` actions for ``dev``, uniform in [-1, 1), from a fixed seed: every check steps with the same ones."""
+    actions = torch.rand((steps, dev.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
+    return (actions * 2 - 1).to(dev.device)
+
+
 def step_under(dev: Any, mode: Any, steps: int) -> None:
     """Reset, one warm-up step (as before the step's CUDA graph is recorded), then ``steps`` seeded steps in ``mode``."""
     dev.reset()
-    actions = torch.rand((steps + 1, dev.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
-    actions = (actions * 2 - 1).to(dev.device)
+    actions = seeded_actions(dev, steps + 1)
     dev.step(actions[0])
     with mode:
         for t in range(1, steps + 1):
@@ -408,15 +413,14 @@ def step_side_by_side(first: Any, second: Any, steps: int) -> dict[str, Any]:
     for side in arrays:
         for name in unfilled:
             side[name].zero_()
-    actions = torch.rand((steps, first.num_envs, first.action_dim), generator=torch.Generator().manual_seed(3))
+    actions = seeded_actions(first, steps)
     differ: dict[str, int] = {}
     launches = [0, 0]
     done_rows = 0
     for t in range(steps):
-        action = (actions[t] * 2 - 1).to(first.device)
         for index, dev in enumerate((first, second)):
             with LaunchCount() as counted:
-                results[index] = dev.step(action)
+                results[index] = dev.step(actions[t])
             launches[index] += counted.count
         done_rows += int((results[1].terminated | results[1].truncated).sum())
         for name in arrays[0]:

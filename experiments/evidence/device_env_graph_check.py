@@ -36,17 +36,12 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_env_check import make_device_env, series_sha256, versions  # noqa: E402
+from device_env_check import make_device_env, seeded_actions, series_sha256, versions  # noqa: E402
 
 SENTINEL = 7.0
 #: Probe sizes in float32 elements: above 1 MiB (torch's large pool) then 512 bytes (its small pool).
 PROBE_ELEMENTS = ((1 << 18) + 128, 128)
 MAX_PROBES = 200_000
-
-
-def seeded_actions(dev: Any, steps: int) -> torch.Tensor:
-    actions = torch.rand((steps, dev.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
-    return (actions * 2 - 1).to(dev.device)
 
 
 def fill_cached_memory(dev: Any) -> list[torch.Tensor]:

@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[0] / "bench"))
 from bench_configs import SETTINGS  # noqa: E402
 from device_env_check import series_sha256, versions  # noqa: E402
-from learner_study import runner_schedule, update_iteration, warm_up  # noqa: E402
+from learner_study import random_batch, runner_schedule, update_iteration, warm_up  # noqa: E402
 
 TASK = "g1_walk_flat/mujoco"
 #: Kernel kinds by name, first match wins: what each kind is made of, and so what would shorten it.
@@ -76,22 +76,9 @@ def g1_dims(cfg: Any) -> dict[str, int]:
 
 
 def random_batches(dims: dict[str, int], batch_size: int, count: int, device: torch.device) -> list[dict[str, Any]]:
-    g = torch.Generator().manual_seed(0)
-
-    def one() -> dict[str, Any]:
-        def randn(*shape: int) -> torch.Tensor:
-            return torch.randn(*shape, generator=g)
-
-        batch = {"obs": randn(batch_size, dims["obs_dim"]), "next_obs": randn(batch_size, dims["obs_dim"]),
-                 "actions": torch.tanh(randn(batch_size, dims["action_dim"])),
-                 "rewards": randn(batch_size) * 0.5 + 0.2,
-                 "dones": (torch.rand(batch_size, generator=g) < 0.05).float(),
-                 "truncated": (torch.rand(batch_size, generator=g) < 0.02).float(),
-                 "critic": randn(batch_size, dims["critic_obs_dim"]),
-                 "next_critic": randn(batch_size, dims["critic_obs_dim"])}
-        return {key: value.to(device) for key, value in batch.items()}
-
-    return [one() for _ in range(count)]
+    generator = torch.Generator().manual_seed(0)
+    return [{key: value.to(device) for key, value in random_batch(torch, generator, batch_size, dims).items()}
+            for _ in range(count)]
 
 
 def kind_of(name: str) -> str:

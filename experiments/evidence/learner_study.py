@@ -24,21 +24,21 @@ GPU_HIDDEN_DIMS: dict[str, int] = {"actor_hidden_dim": 128, "critic_hidden_dim":
 PhaseHook = Callable[[int, str], None]
 
 
-def random_batch(torch: Any, generator: Any, batch_size: int) -> dict[str, Any]:
-    """One replay batch of the runner's layout, drawn from ``generator`` in a fixed order."""
+def random_batch(torch: Any, generator: Any, batch_size: int, dims: dict[str, int] = DIMS) -> dict[str, Any]:
+    """One replay batch of the runner's layout for a learner of ``dims``, drawn from ``generator`` in a fixed order."""
 
     def randn(*shape: int) -> Any:
         return torch.randn(*shape, generator=generator)
 
     return {
-        "obs": randn(batch_size, DIMS["obs_dim"]),
-        "next_obs": randn(batch_size, DIMS["obs_dim"]),
-        "actions": torch.tanh(randn(batch_size, DIMS["action_dim"])),
+        "obs": randn(batch_size, dims["obs_dim"]),
+        "next_obs": randn(batch_size, dims["obs_dim"]),
+        "actions": torch.tanh(randn(batch_size, dims["action_dim"])),
         "rewards": randn(batch_size) * 0.5 + 0.2,
         "dones": (torch.rand(batch_size, generator=generator) < 0.05).float(),
         "truncated": (torch.rand(batch_size, generator=generator) < 0.02).float(),
-        "critic": randn(batch_size, DIMS["critic_obs_dim"]),
-        "next_critic": randn(batch_size, DIMS["critic_obs_dim"]),
+        "critic": randn(batch_size, dims["critic_obs_dim"]),
+        "next_critic": randn(batch_size, dims["critic_obs_dim"]),
     }
 
 
