@@ -53,7 +53,8 @@
 #           usable CPU), KB_NUM_ENVS (256) worlds, one after another on GPU 0. JSONs in $work/kernel-build/.
 #   env-graph  the device env's CUDA graphs (experiments/evidence/device_env_graph_check.py) from the tree root,
 #           one after another on GPU 0 at ENV_GRAPH_ENVS (256) envs: the step's memory and its control
-#           (--shared-pool), the draws taken ahead and their control (--offset-shifted), a failed capture.
+#           (--shared-pool), the draws taken ahead and their control (--offset-shifted), a failed capture and its
+#           control (--leave-open).
 #           JSONs in $work/env-graph/.
 #   learner-profile  the learner's kernels per iteration by kind and the largest
 #           (experiments/evidence/learner_kernel_profile.py) from the tree root, one after another on GPU 0: each
@@ -267,7 +268,8 @@ for mode in "$@"; do
       mkdir -p "$work/env-graph"
       on_gpu 0 env-graph bash -c 'cd "'"$tree"'" || exit 1
         export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
-        for run in "memory" "memory --shared-pool" "draws" "draws --offset-shifted" "failed"; do
+        for run in "memory" "memory --shared-pool" "draws" "draws --offset-shifted" "failed" \
+                   "failed --leave-open"; do
           python3 "'"$PWD"'/experiments/evidence/device_env_graph_check.py" --mode $run \
             --num-envs "'"${ENV_GRAPH_ENVS:-256}"'" >"'"$work"'/env-graph/${run// /}.json"; echo "$run: exit $?"
         done'

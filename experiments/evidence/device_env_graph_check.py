@@ -18,8 +18,10 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             offsets are right). ``--offset-shifted`` draws once more from the graphed env's generator after its
             reset, so that its later draws come from other offsets: the control, which must differ.
   failed    the step's capture broken on purpose (a host read inside the step): the env must say it stays eager
-            and step on, ``--steps`` times, with finite outputs (unilab 0018). On an H200 with torch 2.11 the
-            process aborted after the failure (torch's allocator still counted the capture as under way).
+            and step on, ``--steps`` times, with finite outputs, torch's current stream restored, and the
+            allocator's event sweep (``empty_cache``) must pass (unilab 0018). ``--leave-open`` skips closing
+            what torch leaves open of the failed capture: the control, which on an H200 with torch 2.11 aborted
+            the process (the allocator still counted the capture as under way).
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 without CUDA.
 """
@@ -112,6 +114,8 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
         float(dev.reward.sum())  # a host read: illegal inside a capture
 
     dev._terminate = with_host_read  # noqa: SLF001
+    if args.leave_open:
+        dev.sim._close_failed_capture = lambda *_: None  # noqa: SLF001
     dev.reset()
     actions = seeded_actions(dev, args.steps)
     error, stepped, finite = None, 0, True
@@ -123,8 +127,12 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
     except RuntimeError as exc:
         error, finite = str(exc).splitlines()[0], False
     eager = dev.graph_status.startswith("eager (capture failed")
-    return {"mode": "failed", "graph_status": dev.graph_status, "steps_taken": stepped, "error": error,
-            "finite": finite, "holds": eager and stepped == args.steps and finite}
+    stream_restored = torch.cuda.current_stream() == torch.cuda.default_stream()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the allocator's event sweep, where a capture left open aborts the process
+    return {"mode": "failed", "leave_open_control": bool(args.leave_open), "graph_status": dev.graph_status,
+            "steps_taken": stepped, "error": error, "finite": finite, "stream_restored": stream_restored,
+            "holds": eager and stepped == args.steps and finite and stream_restored}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shared-pool", action="store_true", help="memory: the negative control")
     parser.add_argument("--offset-shifted", action="store_true", help="draws: the negative control")
+    parser.add_argument("--leave-open", action="store_true",
+                        help="failed: the negative control (torch's half-open capture not closed)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("device_env_graph_check: needs a CUDA device (the env's CUDA graphs)", file=sys.stderr)
