@@ -182,13 +182,14 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="MuJoCo Warp's step computes the sensors in each substep (the step before unilab 0015); "
                           "the default computes them in the last substep only, with bitwise the same results: "
                           "compare with patched-default for what the skipped sensor kernels gain"),
-        BenchConfig("device-env-draws-ahead", "patched defaults + the device env's draws taken ahead, beside the "
-                    "physics", "overlay", (), requires_key=DEVICE_ENV_DRAWS_AHEAD_KEY,
-                    training=(("device_env_draws_ahead", "true"),), collectors=("device",),
+        BenchConfig("device-env-draws-in-step", "patched defaults + the device env's draws taken in the step, after "
+                    "the physics", "overlay", (), requires_key=DEVICE_ENV_DRAWS_AHEAD_KEY,
+                    training=(("device_env_draws_ahead", "false"),), collectors=("device",),
                     notes="each env step's random draws, and what follows from them alone (about half of its torch "
-                          "work), taken beside the step before it as a CUDA graph of their own on a stream of their "
-                          "own (unilab 0016), with bitwise the same step: compare with patched-default, which takes "
-                          "them in the step after the physics"),
+                          "work), taken inside the step after the physics, where UniLab's env takes them (the step "
+                          "before unilab 0019); the default takes them beside the step before it, as a CUDA graph of "
+                          "their own on a stream of their own, with bitwise the same step: compare with "
+                          "patched-default for what taking them ahead gains"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),
