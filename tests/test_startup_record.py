@@ -336,3 +336,20 @@ def test_the_start_phases_table_splits_warp_loads_by_who_made_them(tmp_path: Pat
     (old,) = bench_report.start_phases_table([{**run, "startup": None}]).splitlines()[2:]
     old_cells = [c.strip() for c in old.split("|")[1:-1]]
     assert old_cells[3:] == ["–"] * len(columns) + ["31.0", "–", "–", "–"]
+
+
+def test_the_compile_frames_table_lists_each_graph_of_the_helper_and_of_the_swap() -> None:
+    """Every compile of a compiled-behind run's record is a row, a backward named as such; a run without the record
+    adds none (control: the frames' seconds are the record's, not another run's)."""
+    frame = {"frame": "_critic_objective_eager", "forward": True, "compile_s": 15.88, "inductor_s": 8.821,
+             "graph_ops": 360, "recompile_reason": None, "failed": None}
+    backward = dict(frame, frame=None, forward=False, compile_s=2.885, inductor_s=2.844, graph_ops=None)
+    swap = dict(frame, compile_s=2.02, inductor_s=None)
+    run = {"_file": "cb.json", "startup": {"cold_caches": ["inductor", "triton"]},
+           "run_summary": {"compile_behind": {"helper_frames": [frame, backward], "swap_frames": [swap]}}}
+    rows = bench_report.compile_frames_table([run, {"_file": "pd.json", "run_summary": {}}]).splitlines()[2:]
+    assert rows == [
+        "| cb.json | inductor, triton | helper | `_critic_objective_eager` | 15.88 | 8.82 | 360 |",
+        "| cb.json | inductor, triton | helper | `(backward of the graph above)` | 2.88 | 2.84 | – |",
+        "| cb.json | inductor, triton | runner at the swap | `_critic_objective_eager` | 2.02 | – | 360 |",
+    ]

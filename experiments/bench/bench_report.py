@@ -465,6 +465,24 @@ def start_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def compile_frames_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Each compiled-behind run's compiles, graph by graph (uni_rl 0038): the helper's (cold where the run's caches
+    were empty at launch) and the runner's own at the swap (served by the helper's artifacts); the seconds in all
+    and in Inductor, and the graph's operation count. A backward graph has no frame name of its own: it follows
+    its forward."""
+    lines = ["| run | cold at launch | where | graph | seconds | of them Inductor | graph operations |",
+             "|---|---|---|---|---|---|---|"]
+    for run in runs:
+        record = (run.get("run_summary") or {}).get("compile_behind") or {}
+        cold = ", ".join((run.get("startup") or {}).get("cold_caches") or []) or "none"
+        for where, key in (("helper", "helper_frames"), ("runner at the swap", "swap_frames")):
+            for frame in record.get(key) or []:
+                name = frame["frame"] or "(backward of the graph above)"
+                lines.append(f"| {run.get('_file', '?')} | {cold} | {where} | `{name}` | {_fmt(frame['compile_s'])} | "
+                             f"{_fmt(frame['inductor_s'])} | {frame['graph_ops'] if frame['graph_ops'] else '–'} |")
+    return "\n".join(lines)
+
+
 #: The start's phases of the phase table: the device collector's env, then the learner (``hook/startup_phases.py``).
 START_PHASE_COLUMNS = (
     ("env_physics_built", "MJWarp physics built"),

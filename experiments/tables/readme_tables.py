@@ -2,14 +2,16 @@
 """The documents' result tables, generated from the committed run JSONs (never typed by hand).
 
 A block in README.md, a docs/ page or a results folder's README.md is delimited by ``<!-- table:KIND:FOLDER -->``
-and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``, ``start``, ``start-phases``), of
+and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``, ``start``, ``start-phases``,
+``compile-frames``), of
 ``headline_table`` (``headline``, the front page's) or of ``mjwarp_report`` (``physics`` from run JSONs;
 ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
 seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, ``preemption``
 (preemption_report) from the stop / resume / kill matrix's case JSONs, ``kernel-build`` (mjwarp_kernel_build)
 from the env start's Warp build JSONs, ``env-kernels`` (device_env_report) from ``device_env_bench.py --profile`` JSONs,
 ``env-ops``, ``env-sensors`` and ``env-draws-ahead`` (device_env_report) from ``device_env_check.py --mode ops``,
-``--mode sensors`` and ``--mode draws-ahead`` JSONs, and FOLDER a
+``--mode sensors`` and ``--mode draws-ahead`` JSONs, ``learner-kernels`` (learner_profile_report) from
+``learner_kernel_profile.py`` JSONs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
 headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
 every such document from its folders; ``--check`` exits 1, naming the first stale block, when a document and
@@ -31,6 +33,7 @@ import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
 import device_env_report  # noqa: E402
 import headline_table  # noqa: E402
+import learner_profile_report  # noqa: E402
 import mjwarp_kernel_build  # noqa: E402
 import mjwarp_report  # noqa: E402
 import preemption_report  # noqa: E402
@@ -44,6 +47,7 @@ TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
     "collectors": bench_report.collector_table,
     "start": bench_report.start_table,
     "start-phases": bench_report.start_phases_table,
+    "compile-frames": bench_report.compile_frames_table,
     "headline": headline_table.headline_table,
     "physics": mjwarp_report.physics_table,
 }
@@ -61,6 +65,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "env-ops": device_env_report.op_count_table,
     "env-sensors": device_env_report.sensors_table,
     "env-draws-ahead": device_env_report.draws_ahead_table,
+    "learner-kernels": learner_profile_report.table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
 POOLED_FOLDER_TABLES = frozenset({"sim-training"})
