@@ -40,6 +40,8 @@ ALGO_PARAMS = "algo.algo_params"
 WHOLE_CYCLE_GRAPH_KEY = f"{ALGO_PARAMS}.use_whole_cycle_cuda_graph"
 #: The patched config's switch for the collector's inference through a CUDA graph (patch 0015).
 INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
+#: The patched config's matrix products on zero-padded aligned widths (uni_rl 0039, unilab 0020).
+ALIGNED_PRODUCTS_KEY = f"{ALGO_PARAMS}.aligned_products"
 #: The patched config's single-rank CPU split (unilab patch 0002): CPUs kept for the learner.
 LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
 #: The patched config's choice of who steps the env (unilab patch 0007): ``host`` or ``device``.
@@ -190,6 +192,11 @@ CONFIGS: dict[str, BenchConfig] = {
                           "before unilab 0019); the default takes them beside the step before it, as a CUDA graph of "
                           "their own on a stream of their own, with bitwise the same step: compare with "
                           "patched-default for what taking them ahead gains"),
+        BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
+                    "overlay", (("aligned_products", True),), requires_key=ALIGNED_PRODUCTS_KEY,
+                    notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "
+                          "of 8 (uni_rl 0039: the same math, sums in another order): compare with patched-default "
+                          "for what cuBLAS's aligned kernels gain"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),

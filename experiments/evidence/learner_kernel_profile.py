@@ -127,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-update", action="store_true",
                         help="the per-update path (compiled objectives, no whole-iteration graph): each update's "
                              "kernels launched one by one, as a comparison")
+    parser.add_argument("--aligned-products", action="store_true",
+                        help="the networks' matrix products on zero-padded aligned widths (uni_rl 0039)")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     from uni_rl.algos.flash_sac.double_buffer import flashsac_learner_kwargs
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = flashsac_learner_kwargs(cfg, **dims)
     if args.per_update:
         kwargs["use_whole_cycle_cuda_graph"] = False
+    if args.aligned_products:
+        kwargs["aligned_products"] = True
     learner = FlashSACLearner(device=str(device), **kwargs)
     updates, frequency = int(cfg.algo.updates_per_step), int(cfg.algo.policy_frequency)
     batch_size = int(cfg.algo.batch_size)
@@ -165,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
               "batch_size": batch_size, "dims": dims, "device": str(device),
               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "whole_iteration_graph": bool(getattr(learner, "use_whole_cycle_cuda_graph", False)),
+              "aligned_products": bool(getattr(learner, "aligned_products", False)),
               "warm_up_s": round(warm_up_s, 2), "iterations": args.iterations,
               "iteration_ms_median": round(timed_ms[len(timed_ms) // 2], 3),
               "profiled_iterations": args.profiled,
