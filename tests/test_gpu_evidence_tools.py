@@ -2,9 +2,10 @@
 
 - ``experiments/evidence/learner_kernel_profile.py`` runs on the CPU as a smoke run: the learner built as training
   builds it (G1 Walk Flat's dimensions from its env), warmed up, timed and profiled; the operations it counts add
-  up over their kinds, and the per-update path is the one it says it ran.
-- ``experiments/evidence/device_env_graph_check.py`` (the env's CUDA graphs) refuses a machine without CUDA in one
-  line, exit 2.
+  up over their kinds, and the per-update path and the aligned products are the ones it says it ran.
+- ``experiments/evidence/device_env_graph_check.py`` (the env's CUDA graphs) and
+  ``experiments/evidence/capture_failure_check.py`` (a failed capture of the learner's graphed inference) refuse a
+  machine without CUDA in one line, exit 2.
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ def _run(tree: tuple[Path, Path], script: str, *args: str) -> subprocess.Complet
 
 def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> None:
     proc = _run(tree, "learner_kernel_profile.py", "--setting", "report", "--updates-per-step", "2",
-                "--iterations", "2", "--profiled", "1", "--per-update")
+                "--iterations", "2", "--profiled", "1", "--per-update", "--aligned-products")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["dims"] == {"obs_dim": 98, "critic_obs_dim": 101, "action_dim": 29}, result["dims"]
     assert result["batch_size"] == 256 and result["schedule"] == "2 updates, policy frequency 2", result
     assert result["whole_iteration_graph"] is False and result["device"] == "cpu", result
+    assert result["aligned_products"] is True, result
     profile = result["profile"]
     assert profile["kernels_per_iteration"] > 100, profile
     assert sum(kind["per_iteration"] for kind in profile["by_kind"].values()) == pytest.approx(
@@ -56,3 +58,10 @@ def test_the_env_graph_check_refuses_a_machine_without_cuda(tree: tuple[Path, Pa
     assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr[-2000:])
     assert proc.stderr.strip().splitlines()[-1] == (
         "device_env_graph_check: needs a CUDA device (the env's CUDA graphs)"), proc.stderr[-2000:]
+
+
+def test_the_capture_failure_check_refuses_a_machine_without_cuda(tree: tuple[Path, Path]) -> None:
+    proc = _run(tree, "capture_failure_check.py")
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr[-2000:])
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "capture_failure_check: needs a CUDA device (a CUDA graph capture)"), proc.stderr[-2000:]

@@ -54,7 +54,8 @@
 #   env-graph  the device env's CUDA graphs (experiments/evidence/device_env_graph_check.py) from the tree root,
 #           one after another on GPU 0 at ENV_GRAPH_ENVS (256) envs: the step's memory and its control
 #           (--shared-pool), the draws taken ahead and their control (--offset-shifted), a failed capture and its
-#           control (--leave-open).
+#           control (--leave-open); then a failed capture of the learner's graphed inference and its control
+#           (experiments/evidence/capture_failure_check.py [--leave-open]).
 #           JSONs in $work/env-graph/.
 #   learner-profile  the learner's kernels per iteration by kind and the largest
 #           (experiments/evidence/learner_kernel_profile.py) from the tree root, one after another on GPU 0: each
@@ -273,6 +274,10 @@ for mode in "$@"; do
                    "failed --leave-open"; do
           python3 "'"$PWD"'/experiments/evidence/device_env_graph_check.py" --mode $run \
             --num-envs "'"${ENV_GRAPH_ENVS:-256}"'" >"'"$work"'/env-graph/${run// /}.json"; echo "$run: exit $?"
+        done
+        for run in "" "--leave-open"; do
+          python3 "'"$PWD"'/experiments/evidence/capture_failure_check.py" $run \
+            >"'"$work"'/env-graph/learner-capture-failure${run// /}.json"; echo "learner capture failure $run: exit $?"
         done'
       ;;
     learner-profile)
