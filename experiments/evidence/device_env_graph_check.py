@@ -19,7 +19,7 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             reset, so that its later draws come from other offsets: the control, which must differ.
   failed    the step's capture broken on purpose (a host read inside the step): the env must say it stays eager
             and step on, ``--steps`` times, with finite outputs, torch's current stream restored, and the
-            allocator's event sweep (``empty_cache``) must pass (unilab 0018). ``--leave-open`` skips closing
+            allocator's event sweep (``empty_cache``) must pass (unilab 0018, 0021). ``--leave-open`` skips closing
             what torch leaves open of the failed capture: the control, which on an H200 with torch 2.11 aborted
             the process (the allocator still counted the capture as under way).
 
@@ -115,7 +115,9 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
 
     dev._terminate = with_host_read  # noqa: SLF001
     if args.leave_open:
-        dev.sim._close_failed_capture = lambda *_: None  # noqa: SLF001
+        from uni_rl.algos.common import cuda_capture
+
+        cuda_capture.close_failed_capture = lambda *_: None
     dev.reset()
     actions = seeded_actions(dev, args.steps)
     error, stepped, finite = None, 0, True
