@@ -28,6 +28,12 @@ test asserts on its own.
 9. A step whose CUDA graph capture fails (simulated on the CPU: the capture moves the draws' generator, as a real
    one does, then fails) says it stays eager and steps on bitwise as a twin that never tried, from the draws it
    would have taken. Control: the generator moved and not put back differs at once.
+10. With draws ahead, the reset of the done rows runs only on a step with a done row (a conditional node of the
+   step's CUDA graph; on the CPU, Warp's direct read of the flag): over 60 steps with time-outs, the env outputs
+   and every MuJoCo Warp array stay bitwise as with the reset on every step, except, after a step without a done
+   row, the derived arrays the reset's kinematics pass writes (the next step's forward computes them again
+   before reading them), with fewer Warp launches per step. Control: the condition never set differs at the
+   first time-out.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ SENSORS = ("--mode", "sensors", "--num-envs", "16", "--steps", "30", "--episode-
 AHEAD = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "30", "--episode-seconds", "0.5")
 AHEAD_CONTROL = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "2")
 FAILED = ("--mode", "failed-capture", "--num-envs", "16", "--episode-seconds", "0.5")
+RESET = ("--mode", "reset-when-done", "--num-envs", "16", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "120"),
@@ -99,6 +106,8 @@ SEQUENCES = {
                                                    (*AHEAD_CONTROL, "--draws-in-step-graph")),
     "test_a_failed_capture_steps_on_with_the_draws_it_would_have_taken": ((*FAILED, "--steps", "10"),
                                                                           (*FAILED, "--steps", "2", "--no-restore")),
+    "test_the_reset_runs_only_on_a_step_with_a_done_row": ((*RESET, "--steps", "60"),
+                                                           (*RESET, "--steps", "26", "--reset-never")),
 }
 
 
@@ -255,3 +264,25 @@ def test_a_failed_capture_steps_on_with_the_draws_it_would_have_taken(checks: Si
     assert all(unfilled(name) for name in same["unfilled_at_reset"]), same["unfilled_at_reset"]
     # Control: the generator moved as by the failed capture, and not put back: the reset already differs.
     assert rc_control == 1 and control["first_difference_step"]["policy_obs"] == 0, (control, err_control[-3000:])
+
+
+#: The derived arrays of MuJoCo Warp's kinematics and COM velocity stages (body, geom and site poses, COM
+#: quantities): what the reset's kinematics pass may leave different after a step without a done row.
+DERIVED = {"xpos", "xquat", "xmat", "xipos", "ximat", "xanchor", "xaxis", "geom_xpos", "geom_xmat", "site_xpos",
+           "site_xmat", "subtree_com", "cdof", "cinert", "cvel", "cdof_dot"}
+
+
+def test_the_reset_runs_only_on_a_step_with_a_done_row(checks: SideBySide, request: pytest.FixtureRequest) -> None:
+    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
+    assert rc == 0 and same["holds"] and same["first_difference_step"] == {}, (same, err[-3000:])
+    assert same["arrays_compared"] > 100 and set(same["kinematics_pass_writes"]) <= DERIVED, same
+    assert {"qpos", "qvel", "qacc_warmstart", "sensordata"}.isdisjoint(same["kinematics_pass_writes"]), same
+    done_steps = same["steps"] - same["idle_steps"]
+    assert same["idle_steps"] >= 40 and done_steps >= 2 and same["done_rows"] >= 32, same
+    launches = same["warp_launches_per_step"]
+    assert launches["when_done"] < launches["every_step"], launches
+    # Control: the condition never set: the time-out at step 24 (0.5 s episodes) resets no row, and the physics,
+    # the sensors and the observations differ there.
+    differ = control["first_difference_step"]
+    assert rc_control == 1 and not control["holds"], (control, err_control[-3000:])
+    assert differ["qpos"] == differ["policy_obs"] == 24, differ

@@ -82,6 +82,8 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 assert composed.training.device_env_sensors == (
                     "every_substep" if name == "device-env-sensors-every-substep" else "last_substep")
                 assert composed.training.device_env_draws_ahead is (name != "device-env-draws-in-step")
+                assert composed.training.device_env_reset == (
+                    "every_step" if name == "device-env-reset-every-step" else "when_done")
                 assert params.aligned_products is (name == "aligned-products")
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
                 tree = dict(bench_configs.TREE_LEARNING_RATES)
@@ -103,6 +105,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "env-step-after-gather": (True, True),  # the default learner; the env step after the batch gather
         "device-env-sensors-every-substep": (True, True),  # the default learner; sensors in every substep
         "device-env-draws-in-step": (True, True),  # the default learner; the env's draws in the step
+        "device-env-reset-every-step": (True, True),  # the default learner; the env's reset on every step
         "aligned-products": (True, True),  # the default learner; its products on aligned widths
         "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch
         "warp-build-ahead": (True, True),  # the default learner; MuJoCo Warp's core kernels built ahead

@@ -49,6 +49,14 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 could only run behind the physics, not beside it. ``--broken-draw-order`` takes the reset's draws
                 before the observation noise, ``--draws-in-step-graph`` the next step's draws inside the step's
                 graph: each must fail.
+  reset-when-done  two device envs with draws ahead, the same torch draws and actions, one running the reset of
+                its done rows only on a step with a done row (``reset_only_when_done``, the default), one on every
+                step, step ``--steps`` times: after every step the env outputs and every MuJoCo Warp array must be
+                bitwise equal, except on a step without a done row the arrays the reset's kinematics pass writes
+                for the reset rows' sensors (``LaunchOutputs``; derived arrays, which the next step's forward
+                computes again before reading them: every other array stays equal). The run must have steps with
+                and without a done row. ``--reset-never`` leaves the condition unset: the control, which must fail.
+                Also counts each env's Warp kernel launches per step.
   failed-capture  a device env whose step capture fails (the capture replaced by one that moves the draws'
                 generator, as a real capture does to a generator registered with it, then fails) against a twin
                 that never tried: after the env's failure handling both step on from the same draws, so every
@@ -94,7 +102,8 @@ def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
 
 
 def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
-                    graph: bool = True, sensors_every_substep: bool = False, draws_ahead: bool = False) -> Any:
+                    graph: bool = True, sensors_every_substep: bool = False, draws_ahead: bool = False,
+                    reset_only_when_done: bool = True) -> Any:
     from unilab.envs.device import make_g1_walk_device_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
@@ -102,7 +111,7 @@ def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
                                    graph=graph, sensors_every_substep=sensors_every_substep,
-                                   draws_ahead=draws_ahead)
+                                   draws_ahead=draws_ahead, reset_only_when_done=reset_only_when_done)
 
 
 def perturb_reward(env: Any, term: str) -> None:
@@ -396,16 +405,48 @@ class LaunchCount:
         self._wp.launch = self._launch
 
 
+class LaunchOutputs:
+    """The names of the env's MuJoCo Warp data arrays that Warp launches write while active (their ``outputs``;
+    every MuJoCo Warp launch names what it writes there)."""
+
+    def __init__(self, dev: Any) -> None:
+        self._names = {array.ptr: name for name, array in warp_arrays(dev).items()}
+        self.written: set[str] = set()
+
+    def __enter__(self) -> LaunchOutputs:
+        import warp as wp
+
+        self._wp, self._saved = wp, {name: getattr(wp, name) for name in ("launch", "launch_tiled")}
+
+        def recording(original: Any) -> Any:
+            def launch(*args: Any, **kwargs: Any) -> Any:
+                for array in kwargs.get("outputs") or ():
+                    name = self._names.get(getattr(array, "ptr", None))
+                    if name is not None:
+                        self.written.add(name)
+                return original(*args, **kwargs)
+            return launch
+
+        for name, original in self._saved.items():
+            setattr(wp, name, recording(original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, original in self._saved.items():
+            setattr(self._wp, name, original)
+
+
 def same_array(a: Any, b: Any) -> bool:
     """Two Warp arrays bitwise equal (NaN where the other has NaN counts as equal)."""
     return bool(np.array_equal(a.numpy(), b.numpy(), equal_nan=True))
 
 
-def step_side_by_side(first: Any, second: Any, steps: int) -> dict[str, Any]:
+def step_side_by_side(first: Any, second: Any, steps: int, idle_exempt: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Two device envs stepped with the same seeded actions after a reset: the first step at which each MuJoCo Warp
     array and env output differs (none: bitwise equal throughout), and each env's Warp launches per step. Arrays
     that differ right after the reset are memory MuJoCo Warp leaves unfilled for the model: zeroed in both, named,
-    and compared from then on like the rest."""
+    and compared from then on like the rest. Arrays of ``idle_exempt`` are compared after steps with a done row
+    only (``idle_steps``: the steps without one, by the second env's dones)."""
     outputs = ("policy_obs", "critic_obs", "reward", "terminated", "truncated", "final_policy_obs", "final_critic_obs")
     results = [first.reset(), second.reset()]
     arrays = warp_arrays(first), warp_arrays(second)
@@ -416,21 +457,26 @@ def step_side_by_side(first: Any, second: Any, steps: int) -> dict[str, Any]:
     actions = seeded_actions(first, steps)
     differ: dict[str, int] = {}
     launches = [0, 0]
-    done_rows = 0
+    done_rows = idle_steps = 0
     for t in range(steps):
         for index, dev in enumerate((first, second)):
             with LaunchCount() as counted:
                 results[index] = dev.step(actions[t])
             launches[index] += counted.count
-        done_rows += int((results[1].terminated | results[1].truncated).sum())
+        step_done = int((results[1].terminated | results[1].truncated).sum())
+        done_rows += step_done
+        idle_steps += step_done == 0
         for name in arrays[0]:
+            if step_done == 0 and name in idle_exempt:
+                continue
             if name not in differ and not same_array(arrays[0][name], arrays[1][name]):
                 differ[name] = t
         for name in outputs:
             if name not in differ and not torch.equal(getattr(results[0], name), getattr(results[1], name)):
                 differ[name] = t
     return {"arrays_compared": len(arrays[0]), "outputs_compared": list(outputs), "unfilled_at_reset": unfilled,
-            "done_rows": done_rows, "first_difference_step": differ, "launches": [n / steps for n in launches]}
+            "done_rows": done_rows, "idle_steps": idle_steps, "first_difference_step": differ,
+            "launches": [n / steps for n in launches]}
 
 
 def sensors(args: argparse.Namespace) -> dict[str, Any]:
@@ -455,7 +501,8 @@ def sensors(args: argparse.Namespace) -> dict[str, Any]:
 
 def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
-    ahead = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True)
+    ahead = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
+                            reset_only_when_done=False)  # the reset on every step, as with draws in the step
     in_step = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
     if args.broken_draw_order:  # negative control: the reset's draws taken before the observation noise
         from unilab.envs.device.g1_walk import _StepDraws
@@ -500,6 +547,27 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
             and not count.draws_in_step_graph}
 
 
+def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
+    extra = (f"env.max_episode_seconds={args.episode_seconds}",)
+    when_done = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True)
+    every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
+                            reset_only_when_done=False)
+    if args.reset_never:  # negative control: the condition is never set, so no row is ever reset
+        sim, when_any = when_done.sim, when_done.sim.when_any
+        sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)
+    with LaunchOutputs(every) as kinematics:  # what the reset's kinematics pass writes (before any draw or reset)
+        every.sim.forward_rows(torch.zeros(every.num_envs, dtype=torch.bool, device=every.device))
+    exempt = frozenset(kinematics.written - {"sensordata"})  # the reset puts the sensors of other rows back
+    compared = step_side_by_side(when_done, every, args.steps, idle_exempt=exempt)
+    launches = compared.pop("launches")
+    holds = not compared["first_difference_step"] and compared["idle_steps"] > 0 and compared["done_rows"] > 0
+    return {"mode": "reset-when-done", "num_envs": args.num_envs, "steps": args.steps, "device": str(every.device),
+            "versions": versions(), "series_sha256": series_sha256(), "reset_never_control": bool(args.reset_never),
+            "kinematics_pass_writes": sorted(exempt), **compared,
+            "warp_launches_per_step": {"when_done": launches[0], "every_step": launches[1]},
+            "equal": not compared["first_difference_step"], "holds": holds}
+
+
 def failed_capture(args: argparse.Namespace) -> dict[str, Any]:
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
     failing = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
@@ -528,7 +596,7 @@ def failed_capture(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops", "sensors", "draws-ahead",
-                                           "failed-capture"),
+                                           "reset-when-done", "failed-capture"),
                         required=True)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
@@ -547,10 +615,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws-in-step-graph", action="store_true", help="draws-ahead: a negative control")
     parser.add_argument("--draws-ahead", action="store_true", help="host-reads: the env taking its draws ahead")
     parser.add_argument("--no-restore", action="store_true", help="failed-capture: the negative control")
+    parser.add_argument("--reset-never", action="store_true", help="reset-when-done: the negative control")
     args = parser.parse_args(argv)
     try:
         result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops,
-                  "sensors": sensors, "draws-ahead": draws_ahead, "failed-capture": failed_capture}[args.mode](args)
+                  "sensors": sensors, "draws-ahead": draws_ahead, "reset-when-done": reset_when_done,
+                  "failed-capture": failed_capture}[args.mode](args)
     except ValueError as exc:  # a task the device env refuses: its one-line reason
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The device env's CUDA graphs on a GPU: where their memory is, the draws taken ahead, a failed capture.
+"""The device env's CUDA graphs on a GPU: their memory, the draws taken ahead, the reset's condition, a failed capture.
 
 Run on a CUDA host from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``device_evidence.sh
 env-graph``); on a machine without CUDA it says so in one line and exits 2. G1 Walk Flat's device env from the
@@ -17,6 +17,12 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             bitwise equal (torch's Philox draws are the same numbers wherever they run, when the generator's
             offsets are right). ``--offset-shifted`` draws once more from the graphed env's generator after its
             reset, so that its later draws come from other offsets: the control, which must differ.
+  reset     the env's reset of its done rows as a conditional node of the step's graph (unilab 0022): episodes of
+            ``--episode-seconds`` (time-outs every few steps, steps without a done row between them); after each
+            of ``--steps`` graph replays every done row must have been reset (its episode counter at 0, an
+            observation other than its final one) and every other row must keep the step's observation, with
+            steps of both kinds. ``--condition-unset`` never sets the condition in the graph: the control, which
+            must fail at the first time-out.
   failed    the step's capture broken on purpose (a host read inside the step): the env must say it stays eager
             and step on, ``--steps`` times, with finite outputs, torch's current stream restored, and the
             allocator's event sweep (``empty_cache``) must pass (unilab 0018, 0021). ``--leave-open`` skips closing
@@ -105,6 +111,34 @@ def draws(args: argparse.Namespace) -> dict[str, Any]:
             "first_difference_step": first_difference, "holds": captured and first_difference is None}
 
 
+def reset(args: argparse.Namespace) -> dict[str, Any]:
+    dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
+                          numpy_draws=False, draws_ahead=True)
+    if args.condition_unset:  # the control: the reset's condition never set in the step's graph
+        when_any = dev.sim.when_any
+        dev.sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)
+    dev.reset()
+    actions = seeded_actions(dev, args.steps)
+    done_steps = done_rows = 0
+    first_wrong = None
+    for t in range(args.steps):
+        out = dev.step(actions[t])
+        done = out.terminated | out.truncated
+        done_rows += int(done.sum())
+        done_steps += bool(done.any())
+        # a done row was reset (episode counter at 0, a new observation); any other row kept the step's observation
+        reset_rows = bool((dev.steps[done] == 0).all()) and bool(
+            (out.policy_obs[done] != out.final_policy_obs[done]).any(dim=1).all())
+        kept_rows = torch.equal(out.policy_obs[~done], out.final_policy_obs[~done])
+        if first_wrong is None and not (reset_rows and kept_rows):
+            first_wrong = t
+    captured = dev.graph_status == "captured"
+    return {"mode": "reset", "condition_unset_control": bool(args.condition_unset), "graph_status": dev.graph_status,
+            "episode_seconds": args.episode_seconds, "done_steps": done_steps, "idle_steps": args.steps - done_steps,
+            "done_rows": done_rows, "first_wrong_step": first_wrong,
+            "holds": captured and first_wrong is None and done_steps > 0 and done_steps < args.steps}
+
+
 def failed(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False)
     terminate = dev._terminate  # noqa: SLF001
@@ -139,19 +173,21 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("memory", "draws", "failed"), required=True)
+    parser.add_argument("--mode", choices=("memory", "draws", "reset", "failed"), required=True)
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shared-pool", action="store_true", help="memory: the negative control")
     parser.add_argument("--offset-shifted", action="store_true", help="draws: the negative control")
+    parser.add_argument("--episode-seconds", type=float, default=0.2, help="reset: the episode length (time-outs)")
+    parser.add_argument("--condition-unset", action="store_true", help="reset: the negative control")
     parser.add_argument("--leave-open", action="store_true",
                         help="failed: the negative control (torch's half-open capture not closed)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("device_env_graph_check: needs a CUDA device (the env's CUDA graphs)", file=sys.stderr)
         return 2
-    result = {"memory": memory, "draws": draws, "failed": failed}[args.mode](args)
+    result = {"memory": memory, "draws": draws, "reset": reset, "failed": failed}[args.mode](args)
     result.update(num_envs=args.num_envs, steps=args.steps, device=torch.cuda.get_device_name(),
                   versions=versions(), series_sha256=series_sha256())
     print(json.dumps(result))
