@@ -42,6 +42,8 @@ WHOLE_CYCLE_GRAPH_KEY = f"{ALGO_PARAMS}.use_whole_cycle_cuda_graph"
 INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
 #: The patched config's matrix products on zero-padded aligned widths (uni_rl 0039, unilab 0020).
 ALIGNED_PRODUCTS_KEY = f"{ALGO_PARAMS}.aligned_products"
+#: The patched config's Inductor combo kernels in the learner's compiled functions (uni_rl 0041, unilab 0023).
+COMBO_KERNELS_KEY = f"{ALGO_PARAMS}.combo_kernels"
 #: The patched config's single-rank CPU split (unilab patch 0002): CPUs kept for the learner.
 LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
 #: The patched config's choice of who steps the env (unilab patch 0007): ``host`` or ``device``.
@@ -207,6 +209,11 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "
                           "of 8 (uni_rl 0039: the same math, sums in another order): compare with patched-default "
                           "for what cuBLAS's aligned kernels gain"),
+        BenchConfig("combo-kernels", "patched defaults + Inductor's combo kernels in the learner",
+                    "overlay", (("combo_kernels", True),), requires_key=COMBO_KERNELS_KEY,
+                    notes="every function the learner compiles with Inductor's combo kernels (uni_rl 0041: "
+                          "independent kernels of a graph launched as one; a fused reduction may be tiled "
+                          "otherwise): compare with patched-default for what fewer, larger Triton kernels gain"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),
@@ -255,13 +262,17 @@ EVIDENCE_CONFIGS: tuple[str, ...] = (
     "compile-graphs", "eager",
 )
 #: The numerics study's configurations (validate_numerics.py --mode gpu): its name (a key of its JSON
-#: report, kept for committed reports) → the configuration whose switches its patched learner runs.
-NUMERICS_STUDY: dict[str, str] = {
+#: report, kept for committed reports) → the configuration(s) whose switches its patched learner runs (several:
+#: their switches together, a later one's on top).
+NUMERICS_STUDY: dict[str, str | tuple[str, ...]] = {
     "eager": "eager",
     "loss_only_compile": "loss-only-compile",
     "full_objective_compile": "compile",
     "full_objective_compile_manual_graphs": "compile-graphs",
     "whole_cycle_graph": "whole-cycle-graph-inference",
+    # The learner switches off until measured, each on the default whole-iteration graph.
+    "whole_cycle_graph_aligned_products": ("whole-cycle-graph-inference", "aligned-products"),
+    "whole_cycle_graph_combo_kernels": ("whole-cycle-graph-inference", "combo-kernels"),
 }
 #: The replay-stability study's graph paths (validate_replay_stability.py --paths; keys of its report).
 REPLAY_STUDY: dict[str, str] = {
@@ -340,9 +351,12 @@ def canonical_name(name: str) -> str:
     return LEGACY_NAMES.get(name, name)
 
 
-def study_switches(study: dict[str, str]) -> dict[str, dict[str, bool]]:
-    """A study's learner switches per study name, from the table (``NUMERICS_STUDY``, ``REPLAY_STUDY``)."""
-    return {name: CONFIGS[config].learner_switches() for name, config in study.items()}
+def study_switches(study: dict[str, str] | dict[str, str | tuple[str, ...]]) -> dict[str, dict[str, bool]]:
+    """A study's learner switches per study name, from the table (``NUMERICS_STUDY``, ``REPLAY_STUDY``); a name
+    with several configurations takes their switches together."""
+    return {name: {key: value for config in ((configs,) if isinstance(configs, str) else configs)
+                   for key, value in CONFIGS[config].learner_switches().items()}
+            for name, configs in study.items()}
 
 
 @dataclass(frozen=True)

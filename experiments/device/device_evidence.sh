@@ -53,14 +53,16 @@
 #           usable CPU), KB_NUM_ENVS (256) worlds, one after another on GPU 0. JSONs in $work/kernel-build/.
 #   env-graph  the device env's CUDA graphs (experiments/evidence/device_env_graph_check.py) from the tree root,
 #           one after another on GPU 0 at ENV_GRAPH_ENVS (256) envs: the step's memory and its control
-#           (--shared-pool), the draws taken ahead and their control (--offset-shifted), a failed capture and its
-#           control (--leave-open); then a failed capture of the learner's graphed inference and its control
+#           (--shared-pool), the draws taken ahead and their control (--offset-shifted), the reset's conditional
+#           node and its control (--condition-unset), a failed capture and its control (--leave-open); then a
+#           failed capture of the learner's graphed inference and its control
 #           (experiments/evidence/capture_failure_check.py [--leave-open]).
 #           JSONs in $work/env-graph/.
 #   learner-profile  the learner's kernels per iteration by kind and the largest
 #           (experiments/evidence/learner_kernel_profile.py) from the tree root, one after another on GPU 0: each
 #           setting of LP_SETTINGS (unilab-default report; the report's at 2/1/1) on the whole-iteration graph,
-#           on it with the products on aligned widths (--aligned-products), then on the per-update path. JSONs
+#           on it with the products on aligned widths (--aligned-products), with Inductor's combo kernels
+#           (--combo-kernels), then on the per-update path. JSONs
 #           in $work/learner-profile/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
@@ -270,8 +272,8 @@ for mode in "$@"; do
       mkdir -p "$work/env-graph"
       on_gpu 0 env-graph bash -c 'cd "'"$tree"'" || exit 1
         export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
-        for run in "memory" "memory --shared-pool" "draws" "draws --offset-shifted" "failed" \
-                   "failed --leave-open"; do
+        for run in "memory" "memory --shared-pool" "draws" "draws --offset-shifted" "reset" \
+                   "reset --condition-unset" "failed" "failed --leave-open"; do
           python3 "'"$PWD"'/experiments/evidence/device_env_graph_check.py" --mode $run \
             --num-envs "'"${ENV_GRAPH_ENVS:-256}"'" >"'"$work"'/env-graph/${run// /}.json"; echo "$run: exit $?"
         done
@@ -286,7 +288,7 @@ for mode in "$@"; do
         export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
         for setting in '"${LP_SETTINGS:-unilab-default report}"'; do
           schedule=; [ "$setting" = report ] && schedule="--updates-per-step 2"  # the report at 2/1/1
-          for path in "" "--aligned-products" "--per-update"; do
+          for path in "" "--aligned-products" "--combo-kernels" "--per-update"; do
             python3 "'"$PWD"'/experiments/evidence/learner_kernel_profile.py" --setting "$setting" $schedule $path \
               --output "'"$work"'/learner-profile/$setting${path:+-${path#--}}.json" >/dev/null
             echo "$setting $path: exit $?"

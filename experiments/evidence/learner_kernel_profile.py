@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                              "kernels launched one by one, as a comparison")
     parser.add_argument("--aligned-products", action="store_true",
                         help="the networks' matrix products on zero-padded aligned widths (uni_rl 0039)")
+    parser.add_argument("--combo-kernels", action="store_true",
+                        help="Inductor's combo kernels in every function the learner compiles (uni_rl 0041)")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     from uni_rl.algos.flash_sac.double_buffer import flashsac_learner_kwargs
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         kwargs["use_whole_cycle_cuda_graph"] = False
     if args.aligned_products:
         kwargs["aligned_products"] = True
+    if args.combo_kernels:
+        kwargs["combo_kernels"] = True
     learner = FlashSACLearner(device=str(device), **kwargs)
     updates, frequency = int(cfg.algo.updates_per_step), int(cfg.algo.policy_frequency)
     batch_size = int(cfg.algo.batch_size)
@@ -170,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "whole_iteration_graph": bool(getattr(learner, "use_whole_cycle_cuda_graph", False)),
               "aligned_products": bool(getattr(learner, "aligned_products", False)),
+              "combo_kernels": bool(getattr(learner, "combo_kernels", False)),
               "warm_up_s": round(warm_up_s, 2), "iterations": args.iterations,
               "iteration_ms_median": round(timed_ms[len(timed_ms) // 2], 3),
               "profiled_iterations": args.profiled,
