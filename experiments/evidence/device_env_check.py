@@ -41,7 +41,8 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 ``--broken-sensors`` skips the sensors in the last substep too: it must fail.
   draws-ahead   the same comparison between a device env taking its draws ahead (``draws_ahead``: each step's
                 draws, and what follows from draws alone, taken beside the step before it) and one taking them in
-                the step, both with their own torch draws; also counts the step's compute operations and how many
+                the step, both with their own torch draws and the reset on every step (``reset-when-done`` checks
+                the reset's condition); also counts the step's compute operations and how many
                 of them are taken ahead (``DRAW_PARTS``), and records the one-line refusal of draws ahead with
                 UniLab's NumPy draws (sized by rows not known ahead). The draws must stay out of the step's CUDA
                 graph (the env's ``_step_body``): MuJoCo Warp ends and resumes that capture at its conditional
