@@ -124,11 +124,11 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
 def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: tuple[Path, Path]) -> None:
     """``training.device_env_stream``, ``device_env_sensors``, ``device_env_draws_ahead`` and ``device_env_reset``:
     the tree's defaults pass the factory nothing (its env takes a stream of its own, computes the sensors in the
-    last substep only, takes its draws ahead and resets only on a step with a done row), ``warp`` (the bench's
-    device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep`` (device-env-sensors-every-substep) for
-    the sensors in every substep, ``false`` (device-env-draws-in-step) for the draws in the step, ``every_step``
-    (device-env-reset-every-step) for the reset on every step, anything else is a one-line error (control: a typo is
-    not taken for the default)."""
+    last substep only, takes its draws ahead and resets on every step), ``warp`` (the bench's device-env-warp-stream)
+    asks for MuJoCo Warp's stream, ``every_substep`` (device-env-sensors-every-substep) for the sensors in every
+    substep, ``false`` (device-env-draws-in-step) for the draws in the step, ``when_done``
+    (device-env-reset-when-done) for the reset only on a step with a done row, anything else is a one-line error
+    (control: a typo is not taken for the default)."""
     root, overlay = tree
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
 
@@ -150,10 +150,10 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     assert kwargs(*in_step) == "[('draws_ahead', False)]"
     assert kwargs("training.device_env_draws_ahead=1") == (
         "refused: training.device_env_draws_ahead=1: expected true or false")
-    every_step = [o for o in bench_configs.CONFIGS["device-env-reset-every-step"].overrides if "device_env_reset" in o]
-    assert kwargs(*every_step) == "[('reset_only_when_done', False)]"
+    when_done = [o for o in bench_configs.CONFIGS["device-env-reset-when-done"].overrides if "device_env_reset" in o]
+    assert kwargs(*when_done) == "[('reset_only_when_done', True)]"
     assert kwargs("training.device_env_reset=always") == (
-        "refused: training.device_env_reset='always': expected 'when_done' or 'every_step'")
+        "refused: training.device_env_reset='always': expected 'every_step' or 'when_done'")
     assert "device-env-warp-stream runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
         "device-env-warp-stream", "mjwarp", "host")
 

@@ -28,8 +28,8 @@ test asserts on its own.
 9. A step whose CUDA graph capture fails (simulated on the CPU: the capture moves the draws' generator, as a real
    one does, then fails) says it stays eager and steps on bitwise as a twin that never tried, from the draws it
    would have taken. Control: the generator moved and not put back differs at once.
-10. With draws ahead, the reset of the done rows runs only on a step with a done row (a conditional node of the
-   step's CUDA graph; on the CPU, Warp's direct read of the flag): over 60 steps with time-outs, the env outputs
+10. With draws ahead and ``reset_only_when_done``, the reset of the done rows runs only on a step with a done row
+   (a conditional node of the step's CUDA graph; on the CPU, Warp's direct read of the flag): over 60 steps with time-outs, the env outputs
    and every MuJoCo Warp array stay bitwise as with the reset on every step, except, after a step without a done
    row, the derived arrays the reset's kinematics pass writes (the next step's forward computes them again
    before reading them), with fewer Warp launches per step. Control: the condition never set differs at the

@@ -83,7 +83,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                     "every_substep" if name == "device-env-sensors-every-substep" else "last_substep")
                 assert composed.training.device_env_draws_ahead is (name != "device-env-draws-in-step")
                 assert composed.training.device_env_reset == (
-                    "every_step" if name == "device-env-reset-every-step" else "when_done")
+                    "when_done" if name == "device-env-reset-when-done" else "every_step")
                 assert params.aligned_products is (name == "aligned-products")
                 assert params.combo_kernels is (name == "combo-kernels")
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
@@ -106,7 +106,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "env-step-after-gather": (True, True),  # the default learner; the env step after the batch gather
         "device-env-sensors-every-substep": (True, True),  # the default learner; sensors in every substep
         "device-env-draws-in-step": (True, True),  # the default learner; the env's draws in the step
-        "device-env-reset-every-step": (True, True),  # the default learner; the env's reset on every step
+        "device-env-reset-when-done": (True, True),  # the default learner; the env's reset when a row is done
         "aligned-products": (True, True),  # the default learner; its products on aligned widths
         "combo-kernels": (True, True),  # the default learner; compiled with Inductor's combo kernels
         "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch

@@ -57,7 +57,7 @@ DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
 DEVICE_ENV_SENSORS_KEY = "training.device_env_sensors"
 #: The patched config's draws of the device env taken a step ahead, beside the step (unilab 0016): true or false.
 DEVICE_ENV_DRAWS_AHEAD_KEY = "training.device_env_draws_ahead"
-#: The patched config's reset of the device env's done rows (unilab 0022): ``when_done`` or ``every_step``.
+#: The patched config's reset of the device env's done rows (unilab 0022): ``every_step`` or ``when_done``.
 DEVICE_ENV_RESET_KEY = "training.device_env_reset"
 #: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
@@ -196,14 +196,13 @@ CONFIGS: dict[str, BenchConfig] = {
                           "before unilab 0019); the default takes them beside the step before it, as a CUDA graph of "
                           "their own on a stream of their own, with bitwise the same step: compare with "
                           "patched-default for what taking them ahead gains"),
-        BenchConfig("device-env-reset-every-step", "patched defaults + the device env's reset of its done rows on "
-                    "every step", "overlay", (), requires_key=DEVICE_ENV_RESET_KEY,
-                    training=(("device_env_reset", "every_step"),), collectors=("device",),
+        BenchConfig("device-env-reset-when-done", "patched defaults + the device env's reset of its done rows "
+                    "only on a step with one", "overlay", (), requires_key=DEVICE_ENV_RESET_KEY,
+                    training=(("device_env_reset", "when_done"),), collectors=("device",),
                     notes="the reset of the done rows (MuJoCo Warp's masked reset, a kinematics pass, a second "
-                          "observation) runs on every env step, also without a done row (the step before unilab "
-                          "0022); the default runs it only on a step with a done row, as a conditional node of the "
-                          "step's CUDA graph, with the same outputs: compare with patched-default for what the "
-                          "skipped resets gain"),
+                          "observation) runs only on an env step with a done row, as a conditional node of the "
+                          "step's CUDA graph (unilab 0022), with the same outputs; the default runs it on every "
+                          "step: compare with patched-default for what the skipped resets gain"),
         BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
                     "overlay", (("aligned_products", True),), requires_key=ALIGNED_PRODUCTS_KEY,
                     notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "

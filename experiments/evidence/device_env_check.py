@@ -51,8 +51,8 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 before the observation noise, ``--draws-in-step-graph`` the next step's draws inside the step's
                 graph: each must fail.
   reset-when-done  two device envs with draws ahead, the same torch draws and actions, one running the reset of
-                its done rows only on a step with a done row (``reset_only_when_done``, the default), one on every
-                step, step ``--steps`` times: after every step the env outputs and every MuJoCo Warp array must be
+                its done rows only on a step with a done row (``reset_only_when_done``), one on every step (the
+                default), step ``--steps`` times: after every step the env outputs and every MuJoCo Warp array must be
                 bitwise equal, except on a step without a done row the arrays the reset's kinematics pass writes
                 for the reset rows' sensors (``LaunchOutputs``; derived arrays, which the next step's forward
                 computes again before reading them: every other array stays equal). The run must have steps with
@@ -104,7 +104,7 @@ def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
 
 def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
                     graph: bool = True, sensors_every_substep: bool = False, draws_ahead: bool = False,
-                    reset_only_when_done: bool = True) -> Any:
+                    reset_only_when_done: bool = False) -> Any:
     from unilab.envs.device import make_g1_walk_device_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
@@ -502,8 +502,7 @@ def sensors(args: argparse.Namespace) -> dict[str, Any]:
 
 def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
-    ahead = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
-                            reset_only_when_done=False)  # the reset on every step, as with draws in the step
+    ahead = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True)
     in_step = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
     if args.broken_draw_order:  # negative control: the reset's draws taken before the observation noise
         from unilab.envs.device.g1_walk import _StepDraws
@@ -550,9 +549,9 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
 
 def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
-    when_done = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True)
-    every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
-                            reset_only_when_done=False)
+    when_done = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
+                                reset_only_when_done=True)
+    every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True)
     if args.reset_never:  # negative control: the condition is never set, so no row is ever reset
         sim, when_any = when_done.sim, when_done.sim.when_any
         sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)

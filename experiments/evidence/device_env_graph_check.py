@@ -113,7 +113,7 @@ def draws(args: argparse.Namespace) -> dict[str, Any]:
 
 def reset(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
-                          numpy_draws=False, draws_ahead=True)
+                          numpy_draws=False, draws_ahead=True, reset_only_when_done=True)
     if args.condition_unset:  # the control: the reset's condition never set in the step's graph
         when_any = dev.sim.when_any
         dev.sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)
