@@ -54,7 +54,7 @@
 #   env-graph  the device env's CUDA graphs (experiments/evidence/device_env_graph_check.py) from the tree root,
 #           one after another on GPU 0 at ENV_GRAPH_ENVS (256) envs: the step's memory and its control
 #           (--shared-pool), the draws taken ahead and their control (--offset-shifted), the reset's conditional
-#           node and its control (--condition-unset), a failed capture and its control (--leave-open); then a
+#           node and its controls (--condition-unset, --every-step), a failed capture and its control (--leave-open); then a
 #           failed capture of the learner's graphed inference and its control
 #           (experiments/evidence/capture_failure_check.py [--leave-open]).
 #           JSONs in $work/env-graph/.
@@ -273,7 +273,7 @@ for mode in "$@"; do
       on_gpu 0 env-graph bash -c 'cd "'"$tree"'" || exit 1
         export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
         for run in "memory" "memory --shared-pool" "draws" "draws --offset-shifted" "reset" \
-                   "reset --condition-unset" "failed" "failed --leave-open"; do
+                   "reset --condition-unset" "reset --every-step" "failed" "failed --leave-open"; do
           python3 "'"$PWD"'/experiments/evidence/device_env_graph_check.py" --mode $run \
             --num-envs "'"${ENV_GRAPH_ENVS:-256}"'" >"'"$work"'/env-graph/${run// /}.json"; echo "$run: exit $?"
         done

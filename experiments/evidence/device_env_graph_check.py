@@ -20,9 +20,12 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
   reset     the env's reset of its done rows as a conditional node of the step's graph (unilab 0022): episodes of
             ``--episode-seconds`` (time-outs every few steps, steps without a done row between them); after each
             of ``--steps`` graph replays every done row must have been reset (its episode counter at 0, an
-            observation other than its final one) and every other row must keep the step's observation, with
-            steps of both kinds. ``--condition-unset`` never sets the condition in the graph: the control, which
-            must fail at the first time-out.
+            observation other than its final one), every other row must keep the step's observation, and on a
+            step without a done row the reset must not have run (MuJoCo Warp's reset mask still holds the rows of
+            the last reset; a reset that runs clears it), with steps of both kinds. Controls, each must fail:
+            ``--condition-unset`` never sets the condition in the graph (fails at the first time-out);
+            ``--every-step`` runs the reset on every step (the default; the reset is seen to run without a done
+            row).
   failed    the step's capture broken on purpose (a host read inside the step): the env must say it stays eager
             and step on, ``--steps`` times, with finite outputs, torch's current stream restored, and the
             allocator's event sweep (``empty_cache``) must pass (unilab 0018, 0021). ``--leave-open`` skips closing
@@ -113,19 +116,22 @@ def draws(args: argparse.Namespace) -> dict[str, Any]:
 
 def reset(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
-                          numpy_draws=False, draws_ahead=True, reset_only_when_done=True)
+                          numpy_draws=False, draws_ahead=True, reset_only_when_done=not args.every_step)
     if args.condition_unset:  # the control: the reset's condition never set in the step's graph
         when_any = dev.sim.when_any
         dev.sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)
     dev.reset()
     actions = seeded_actions(dev, args.steps)
-    done_steps = done_rows = 0
+    done_steps = done_rows = reset_ran_idle = 0
     first_wrong = None
     for t in range(args.steps):
         out = dev.step(actions[t])
         done = out.terminated | out.truncated
         done_rows += int(done.sum())
         done_steps += bool(done.any())
+        # A reset that runs writes its rows into MuJoCo Warp's reset mask: all clear after a step without a done row.
+        # A skipped one leaves the mask of the last reset (which had rows), so a clear mask there means it ran.
+        reset_ran_idle += not bool(done.any()) and not bool(dev.sim._reset_mask.any())  # noqa: SLF001
         # a done row was reset (episode counter at 0, a new observation); any other row kept the step's observation
         reset_rows = bool((dev.steps[done] == 0).all()) and bool(
             (out.policy_obs[done] != out.final_policy_obs[done]).any(dim=1).all())
@@ -135,8 +141,9 @@ def reset(args: argparse.Namespace) -> dict[str, Any]:
     captured = dev.graph_status == "captured"
     return {"mode": "reset", "condition_unset_control": bool(args.condition_unset), "graph_status": dev.graph_status,
             "episode_seconds": args.episode_seconds, "done_steps": done_steps, "idle_steps": args.steps - done_steps,
-            "done_rows": done_rows, "first_wrong_step": first_wrong,
-            "holds": captured and first_wrong is None and done_steps > 0 and done_steps < args.steps}
+            "every_step_control": bool(args.every_step), "done_rows": done_rows, "first_wrong_step": first_wrong,
+            "idle_steps_the_reset_ran": reset_ran_idle,
+            "holds": captured and first_wrong is None and reset_ran_idle == 0 and 0 < done_steps < args.steps}
 
 
 def failed(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared-pool", action="store_true", help="memory: the negative control")
     parser.add_argument("--offset-shifted", action="store_true", help="draws: the negative control")
     parser.add_argument("--episode-seconds", type=float, default=0.2, help="reset: the episode length (time-outs)")
-    parser.add_argument("--condition-unset", action="store_true", help="reset: the negative control")
+    parser.add_argument("--condition-unset", action="store_true", help="reset: a negative control")
+    parser.add_argument("--every-step", action="store_true", help="reset: a negative control")
     parser.add_argument("--leave-open", action="store_true",
                         help="failed: the negative control (torch's half-open capture not closed)")
     args = parser.parse_args(argv)
