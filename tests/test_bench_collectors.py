@@ -127,8 +127,8 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     last substep only, takes its draws ahead and resets on every step), ``warp`` (the bench's device-env-warp-stream)
     asks for MuJoCo Warp's stream, ``every_substep`` (device-env-sensors-every-substep) for the sensors in every
     substep, ``false`` (device-env-draws-in-step) for the draws in the step, ``when_done``
-    (device-env-reset-when-done) for the reset only on a step with a done row, anything else is a one-line error
-    (control: a typo is not taken for the default)."""
+    (device-env-reset-when-done) for the reset only on a step with a done row (refused with draws in the step),
+    anything else is a one-line error (control: a typo is not taken for the default)."""
     root, overlay = tree
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
 
@@ -154,6 +154,9 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     assert kwargs(*when_done) == "[('reset_only_when_done', True)]"
     assert kwargs("training.device_env_reset=always") == (
         "refused: training.device_env_reset='always': expected 'every_step' or 'when_done'")
+    assert kwargs("training.device_env_reset=when_done", "training.device_env_draws_ahead=false") == (
+        "refused: training.device_env_reset=when_done needs training.device_env_draws_ahead=true (with draws in the "
+        "step the reset's draws move the generator on every step)")
     assert "device-env-warp-stream runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
         "device-env-warp-stream", "mjwarp", "host")
 
