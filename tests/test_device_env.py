@@ -5,7 +5,7 @@ CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, n
 are independent processes and run side by side, one per core with one torch thread (conftest.SideBySide); each
 test asserts on its own.
 
-1. Fed UniLab's own NumPy draws, the device env steps the NumPy env's trajectory: 16 envs x 120 steps of
+1. Fed UniLab's own NumPy draws, the device env steps the NumPy env's trajectory: 16 envs x 200 steps of
    random actions with 1 s episodes (terminations and time-outs, dozens of resets), both observation groups,
    the final observations, qpos and dones bitwise equal, rewards within 1e-6. Controls: one reward term
    scaled by 1.001 is reported from the first steps; a kp range wider by 0.05 changes the physics at once.
@@ -81,7 +81,7 @@ FAILED = ("--mode", "failed-capture", "--num-envs", "16", "--episode-seconds", "
 RESET = ("--mode", "reset-when-done", "--num-envs", "16", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
-    "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "120"),
+    "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "200"),
     "test_a_perturbed_reward_term_is_reported": ("--mode", "parity", "--steps", "30",
                                                  "--perturb-reward", "penalty_feet_ori"),
     "test_a_wrong_kp_range_changes_the_physics": ("--mode", "parity", "--steps", "10", "--perturb-kp"),
@@ -135,7 +135,7 @@ def test_device_env_steps_the_numpy_envs_trajectory(checked: tuple[int, dict, st
     diffs = result["max_abs_diff"]
     assert diffs["obs"] == diffs["critic"] == diffs["final_obs"] == diffs["qpos"] == 0.0
     assert diffs["reward"] <= 1e-6
-    assert result["counts"]["terminated"] > 16 and result["counts"]["truncated"] > 0
+    assert result["counts"]["terminated"] > 32 and result["counts"]["truncated"] > 0
 
 
 def test_a_perturbed_reward_term_is_reported(checked: tuple[int, dict, str]) -> None:
