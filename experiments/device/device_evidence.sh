@@ -54,16 +54,14 @@
 #   env-graph  the device env's CUDA graphs (experiments/evidence/device_env_graph_check.py) from the tree root,
 #           one after another on GPU 0 at ENV_GRAPH_ENVS (256) envs: the step's memory and its control
 #           (--shared-pool), the draws taken ahead and their control (--offset-shifted), the reset's conditional
-#           node and its controls (--condition-unset, --every-step), a failed capture and its control (--leave-open); then a
-#           failed capture of the learner's graphed inference and its control
-#           (experiments/evidence/capture_failure_check.py [--leave-open]).
-#           JSONs in $work/env-graph/.
+#           node and its controls (--condition-unset, --every-step), a failed capture and its control
+#           (--leave-open); then a failed capture of the learner's graphed inference and its control
+#           (experiments/evidence/capture_failure_check.py [--leave-open]). JSONs in $work/env-graph/.
 #   learner-profile  the learner's kernels per iteration by kind and the largest
 #           (experiments/evidence/learner_kernel_profile.py) from the tree root, one after another on GPU 0: each
 #           setting of LP_SETTINGS (unilab-default report; the report's at 2/1/1) on the whole-iteration graph,
 #           on it with the products on aligned widths (--aligned-products), with Inductor's combo kernels
-#           (--combo-kernels), then on the per-update path. JSONs
-#           in $work/learner-profile/.
+#           (--combo-kernels), then on the per-update path. JSONs in $work/learner-profile/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.

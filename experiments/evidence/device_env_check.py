@@ -54,7 +54,7 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 its done rows only on a step with a done row (``reset_only_when_done``), one on every step (the
                 default), step ``--steps`` times: after every step the env outputs and every MuJoCo Warp array must be
                 bitwise equal, except on a step without a done row the arrays the reset's kinematics pass writes
-                for the reset rows' sensors (``LaunchOutputs``; derived arrays, which the next step's forward
+                for the reset rows' sensors (``WarpLaunches``; derived arrays, which the next step's forward
                 computes again before reading them: every other array stays equal). The run must have steps with
                 and without a done row. ``--reset-never`` leaves the condition unset: the control, which must fail.
                 Also counts each env's Warp kernel launches per step.
@@ -384,19 +384,27 @@ def warp_arrays(dev: Any) -> dict[str, Any]:
     return {name: value for name, value in vars(data).items() if isinstance(value, wp.array)}
 
 
-class LaunchCount:
-    """Counts Warp kernel launches while active (every MuJoCo Warp module calls ``warp.launch`` by attribute)."""
+class WarpLaunches:
+    """Warp kernel launches while active (every MuJoCo Warp module calls ``warp.launch`` by attribute): their count,
+    and with ``dev`` the names of that env's MuJoCo Warp data arrays they write (each launch names what it writes
+    in its ``outputs``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dev: Any = None) -> None:
         self.count = 0
+        self.written: set[str] = set()
+        self._names = {array.ptr: name for name, array in warp_arrays(dev).items()} if dev is not None else {}
 
-    def __enter__(self) -> LaunchCount:
+    def __enter__(self) -> WarpLaunches:
         import warp as wp
 
         self._wp, self._launch = wp, wp.launch
 
         def launch(*args: Any, **kwargs: Any) -> Any:
             self.count += 1
+            for array in kwargs.get("outputs") or ():
+                name = self._names.get(getattr(array, "ptr", None))
+                if name is not None:
+                    self.written.add(name)
             return self._launch(*args, **kwargs)
 
         wp.launch = launch
@@ -404,37 +412,6 @@ class LaunchCount:
 
     def __exit__(self, *exc: object) -> None:
         self._wp.launch = self._launch
-
-
-class LaunchOutputs:
-    """The names of the env's MuJoCo Warp data arrays that Warp launches write while active (their ``outputs``;
-    every MuJoCo Warp launch names what it writes there)."""
-
-    def __init__(self, dev: Any) -> None:
-        self._names = {array.ptr: name for name, array in warp_arrays(dev).items()}
-        self.written: set[str] = set()
-
-    def __enter__(self) -> LaunchOutputs:
-        import warp as wp
-
-        self._wp, self._saved = wp, {name: getattr(wp, name) for name in ("launch", "launch_tiled")}
-
-        def recording(original: Any) -> Any:
-            def launch(*args: Any, **kwargs: Any) -> Any:
-                for array in kwargs.get("outputs") or ():
-                    name = self._names.get(getattr(array, "ptr", None))
-                    if name is not None:
-                        self.written.add(name)
-                return original(*args, **kwargs)
-            return launch
-
-        for name, original in self._saved.items():
-            setattr(wp, name, recording(original))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for name, original in self._saved.items():
-            setattr(self._wp, name, original)
 
 
 def same_array(a: Any, b: Any) -> bool:
@@ -461,7 +438,7 @@ def step_side_by_side(first: Any, second: Any, steps: int, idle_exempt: frozense
     done_rows = idle_steps = 0
     for t in range(steps):
         for index, dev in enumerate((first, second)):
-            with LaunchCount() as counted:
+            with WarpLaunches() as counted:
                 results[index] = dev.step(actions[t])
             launches[index] += counted.count
         step_done = int((results[1].terminated | results[1].truncated).sum())
@@ -555,7 +532,7 @@ def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
     if args.reset_never:  # negative control: the condition is never set, so no row is ever reset
         sim, when_any = when_done.sim, when_done.sim.when_any
         sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)
-    with LaunchOutputs(every) as kinematics:  # what the reset's kinematics pass writes (before any draw or reset)
+    with WarpLaunches(every) as kinematics:  # what the reset's kinematics pass writes (before any draw or reset)
         every.sim.forward_rows(torch.zeros(every.num_envs, dtype=torch.bool, device=every.device))
     exempt = frozenset(kinematics.written - {"sensordata"})  # the reset puts the sensors of other rows back
     compared = step_side_by_side(when_done, every, args.steps, idle_exempt=exempt)

@@ -127,11 +127,12 @@ def reset(args: argparse.Namespace) -> dict[str, Any]:
     for t in range(args.steps):
         out = dev.step(actions[t])
         done = out.terminated | out.truncated
+        any_done = bool(done.any())
         done_rows += int(done.sum())
-        done_steps += bool(done.any())
+        done_steps += any_done
         # A reset that runs writes its rows into MuJoCo Warp's reset mask: all clear after a step without a done row.
         # A skipped one leaves the mask of the last reset (which had rows), so a clear mask there means it ran.
-        reset_ran_idle += not bool(done.any()) and not bool(dev.sim._reset_mask.any())  # noqa: SLF001
+        reset_ran_idle += not any_done and not bool(dev.sim._reset_mask.any())  # noqa: SLF001
         # a done row was reset (episode counter at 0, a new observation); any other row kept the step's observation
         reset_rows = bool((dev.steps[done] == 0).all()) and bool(
             (out.policy_obs[done] != out.final_policy_obs[done]).any(dim=1).all())
