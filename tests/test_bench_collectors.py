@@ -122,12 +122,13 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
 
 
 def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: tuple[Path, Path]) -> None:
-    """``training.device_env_stream``, ``device_env_sensors``, ``device_env_draws_ahead`` and ``device_env_reset``:
-    the tree's defaults pass the factory nothing (its env takes a stream of its own, computes the sensors in the
-    last substep only, takes its draws ahead and resets on every step), ``warp`` (the bench's device-env-warp-stream)
-    asks for MuJoCo Warp's stream, ``every_substep`` (device-env-sensors-every-substep) for the sensors in every
-    substep, ``false`` (device-env-draws-in-step) for the draws in the step, ``when_done``
-    (device-env-reset-when-done) for the reset only on a step with a done row (refused with draws in the step),
+    """``training.device_env_stream``, ``device_env_sensors``, ``device_env_draws_ahead``, ``device_env_reset`` and
+    ``device_env_terms``: the tree's defaults pass the factory nothing (its env takes a stream of its own, computes
+    the sensors in the last substep only, takes its draws ahead, resets on every step and does its terms in torch),
+    ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep``
+    (device-env-sensors-every-substep) for the sensors in every substep, ``false`` (device-env-draws-in-step) for the
+    draws in the step, ``when_done`` (device-env-reset-when-done) for the reset only on a step with a done row and
+    ``fused`` (device-env-fused-terms) for the terms as one Warp kernel (each refused with draws in the step),
     anything else is a one-line error (control: a typo is not taken for the default)."""
     root, overlay = tree
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
@@ -157,6 +158,15 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     assert kwargs("training.device_env_reset=when_done", "training.device_env_draws_ahead=false") == (
         "refused: training.device_env_reset=when_done needs training.device_env_draws_ahead=true (with draws in the "
         "step the reset's draws move the generator on every step)")
+    fused = [o for o in bench_configs.CONFIGS["device-env-fused-terms"].overrides if "device_env_terms" in o]
+    assert kwargs(*fused) == "[('fused_terms', True)]"
+    both = [o for o in bench_configs.CONFIGS["device-env-fused-reset-when-done"].overrides if "device_env_" in o]
+    assert kwargs(*both) == "[('fused_terms', True), ('reset_only_when_done', True)]"
+    assert kwargs("training.device_env_terms=warp") == (
+        "refused: training.device_env_terms='warp': expected 'torch' or 'fused'")
+    assert kwargs("training.device_env_terms=fused", "training.device_env_draws_ahead=false") == (
+        "refused: training.device_env_terms=fused needs training.device_env_draws_ahead=true (the fused step reads "
+        "the draws taken ahead)")
     assert "device-env-warp-stream runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
         "device-env-warp-stream", "mjwarp", "host")
 

@@ -34,6 +34,12 @@ test asserts on its own.
    row, the derived arrays the reset's kinematics pass writes (the next step's forward computes them again
    before reading them), with fewer Warp launches per step. Control: the condition never set differs at the
    first time-out.
+11. With draws ahead and ``fused_terms``, the step's work between the physics and the reset (terminations, rewards,
+   command, gait, both observation groups) is one Warp kernel: before each of 60 steps with time-outs the torch form
+   runs from the same state, and the episode counters, dones, gait phases, commands and observations stay bitwise,
+   the rewards within 1e-6; the step's graph holds about 160 fewer torch operations, and with the reset only on a
+   step with a done row, a step without one holds under ten. Control: the fused kernel built with one reward
+   weight scaled by 1.001 differs at the first step.
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ AHEAD = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "30", "--episod
 AHEAD_CONTROL = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "2")
 FAILED = ("--mode", "failed-capture", "--num-envs", "16", "--episode-seconds", "0.5")
 RESET = ("--mode", "reset-when-done", "--num-envs", "16", "--episode-seconds", "0.5")
+FUSED = ("--mode", "fused-terms", "--num-envs", "16", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "200"),
@@ -108,6 +115,8 @@ SEQUENCES = {
                                                                           (*FAILED, "--steps", "2", "--no-restore")),
     "test_the_reset_runs_only_on_a_step_with_a_done_row": ((*RESET, "--steps", "60"),
                                                            (*RESET, "--steps", "26", "--reset-never")),
+    "test_the_fused_step_leaves_the_torch_steps_values": ((*FUSED, "--steps", "60"),
+                                                          (*FUSED, "--steps", "3", "--perturb-weight", "alive")),
 }
 
 
@@ -286,3 +295,18 @@ def test_the_reset_runs_only_on_a_step_with_a_done_row(checks: SideBySide, reque
     differ = control["first_difference_step"]
     assert rc_control == 1 and not control["holds"], (control, err_control[-3000:])
     assert differ["qpos"] == differ["policy_obs"] == 24, differ
+
+
+def test_the_fused_step_leaves_the_torch_steps_values(checks: SideBySide, request: pytest.FixtureRequest) -> None:
+    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
+    assert rc == 0 and same["equal"] and same["first_difference_step"] == {}, (same, err[-3000:])
+    assert same["steps_compared"] == 60 and same["done_rows"] >= 32, same
+    exact = [name for name in same["outputs_compared"] if name != "reward" and not name.endswith("obs")]
+    assert all(same["bitwise"][name] for name in exact), same["bitwise"]
+    assert all(same["max_rel_diff"][name] <= 1e-6 for name in same["outputs_compared"] if name.endswith("obs"))
+    assert same["max_abs_diff"]["reward"] <= 1e-6, same["max_abs_diff"]
+    ops = {form: counts["torch_compute_ops_in_step_graph"] for form, counts in same["per_step"].items()}
+    assert ops["torch"] - ops["fused"] >= 150 and ops["fused, reset only when done"] < 10, ops
+    # Control: the fused kernel's alive weight scaled by 1.001 (10 x 0.001 x 0.02 = 2e-4 per step) differs at once.
+    assert rc_control == 1 and not control["equal"], (control, err_control[-3000:])
+    assert control["first_difference_step"] == {"reward": 0} and control["max_abs_diff"]["reward"] > 1e-4, control

@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import math
 import platform
@@ -92,6 +93,14 @@ from collector_profile import build_env  # noqa: E402
 TASK = "g1_walk_flat/mjwarp"
 #: Largest reward difference allowed per env step (rewards are O(0.1-1) per step; float32 ulp there ~6e-8).
 REWARD_ATOL = 1e-6
+#: Largest observation difference allowed between the fused step and the torch step, relative to the value's
+#: magnitude (at least 1): float32 rounding of a fused multiply-add or another ``exp``, not a changed term.
+FUSED_OBS_RTOL = 1e-6
+#: What the step's work between the physics and the reset writes (``G1WalkDeviceEnv._after_physics``): the fused
+#: step must leave each as the torch step does; the rewards within ``REWARD_ATOL``, the observations within
+#: ``FUSED_OBS_RTOL``, the rest bitwise.
+FUSED_OUTPUTS = ("steps", "episode_length", "terminated", "truncated", "done", "gait_phase", "reward", "time_left",
+                 "command", "is_standing", "policy_obs", "critic_obs", "final_policy_obs", "final_critic_obs")
 
 
 def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
@@ -104,7 +113,7 @@ def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
 
 def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
                     graph: bool = True, sensors_every_substep: bool = False, draws_ahead: bool = False,
-                    reset_only_when_done: bool = False) -> Any:
+                    reset_only_when_done: bool = False, fused_terms: bool = False) -> Any:
     from unilab.envs.device import make_g1_walk_device_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
@@ -112,7 +121,8 @@ def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
                                    graph=graph, sensors_every_substep=sensors_every_substep,
-                                   draws_ahead=draws_ahead, reset_only_when_done=reset_only_when_done)
+                                   draws_ahead=draws_ahead, reset_only_when_done=reset_only_when_done,
+                                   fused_terms=fused_terms)
 
 
 def perturb_reward(env: Any, term: str) -> None:
@@ -315,6 +325,7 @@ class OpCount(TorchDispatchMode):
         self.by_op: collections.Counter[str] = collections.Counter()
         self.in_step_graph = False  # set while the body of the env step's CUDA graph runs (``mark_step_graph``)
         self.draws_in_step_graph = 0  # compute operations of a draw part run there
+        self.step_graph_compute = 0  # compute operations run there
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         names = [frame.name for frame in traceback.extract_stack(limit=48)]
@@ -324,6 +335,7 @@ class OpCount(TorchDispatchMode):
         if not view:
             self.by_op[func.overloadpacket.__name__] += 1
             self.draws_in_step_graph += self.in_step_graph and part in DRAW_PARTS
+            self.step_graph_compute += self.in_step_graph
         return func(*args, **(kwargs or {}))
 
 
@@ -545,6 +557,127 @@ def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
             "equal": not compared["first_difference_step"], "holds": holds}
 
 
+def fused_tensors(dev: Any) -> dict[str, torch.Tensor]:
+    """The env's tensors of ``FUSED_OUTPUTS``, by name."""
+    s = dev.state
+    own = {"episode_length": s.episode_length, "gait_phase": s.gait_phase, "command": s.command, "done": dev._done}  # noqa: SLF001
+    return {name: own[name] if name in own else getattr(dev, name) for name in FUSED_OUTPUTS}
+
+
+class FusedComparison:
+    """The fused step's outputs against the torch step's, name by name (``FUSED_OUTPUTS``): whether bitwise, the
+    largest differences, and the first step outside the tolerance."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.first_difference_step: dict[str, int] = {}
+        self.bitwise = dict.fromkeys(FUSED_OUTPUTS, True)
+        self.max_abs_diff = dict.fromkeys(FUSED_OUTPUTS, 0.0)
+        self.max_rel_diff = dict.fromkeys(FUSED_OUTPUTS, 0.0)
+
+    def compare(self, name: str, fused: torch.Tensor, reference: torch.Tensor) -> None:
+        if torch.equal(fused, reference):
+            return
+        self.bitwise[name] = False
+        ok = False
+        if fused.is_floating_point():
+            diff = (fused.double() - reference.double()).abs()
+            rel = diff / reference.double().abs().clamp_min(1.0)
+            self.max_abs_diff[name] = max(self.max_abs_diff[name], float(diff.max()))
+            self.max_rel_diff[name] = max(self.max_rel_diff[name], float(rel.max()))
+            if name == "reward":
+                ok = float(diff.max()) <= REWARD_ATOL
+            elif name.endswith("obs"):
+                ok = float(rel.max()) <= FUSED_OBS_RTOL
+        if not ok:
+            self.first_difference_step.setdefault(name, self.steps)
+
+    def result(self) -> dict[str, Any]:
+        return {"outputs_compared": list(FUSED_OUTPUTS), "bitwise": self.bitwise, "max_abs_diff": self.max_abs_diff,
+                "max_rel_diff": self.max_rel_diff,
+                "tolerance": {"reward_abs": REWARD_ATOL, "observations_rel": FUSED_OBS_RTOL, "others": "bitwise"},
+                "first_difference_step": self.first_difference_step, "steps_compared": self.steps}
+
+
+class FusedWitness(FusedComparison):
+    """Before each launch of ``dev``'s fused step, runs the torch step's work after the physics from the same state
+    (the same physics, the same draws), keeps what it wrote, puts the state back, then launches the fused step and
+    compares: so the two forms are compared on identical inputs at every step, on any device (eager)."""
+
+    def __init__(self, dev: Any) -> None:
+        super().__init__()
+        self.dev, self._launch = dev, dev._fused.launch  # noqa: SLF001
+        dev._fused.launch = self.run  # noqa: SLF001
+
+    def run(self) -> None:
+        dev = self.dev
+        tensors = fused_tensors(dev)
+        before = {name: t.clone() for name, t in tensors.items()}
+        dev._after_physics(dev._drawn.current)  # noqa: SLF001
+        reference = {name: t.clone() for name, t in tensors.items()}
+        for name, t in tensors.items():
+            t.copy_(before[name])
+        self._launch()
+        for name, t in tensors.items():
+            self.compare(name, t, reference[name])
+        self.steps += 1
+
+
+def perturbed_fused_step(dev: Any, term: str | None) -> None:
+    """The env's first reset, which builds its fused step from the bound terms; with ``term`` (the negative
+    control) that reward term's weight scaled by 1.001 in the fused step only."""
+    bound = list(dev._rewards)  # noqa: SLF001
+    if term:
+        names = [r.name for r in bound]
+        if term not in names:
+            raise SystemExit(f"device_env_check: no reward term {term!r} (terms: {names})")
+        index = names.index(term)
+        dev._rewards[index] = dataclasses.replace(bound[index], weight=bound[index].weight * 1.001)  # noqa: SLF001
+    dev.reset()
+    dev._rewards = bound  # noqa: SLF001 - the torch step keeps the task's weights
+
+
+def step_counts(dev: Any) -> dict[str, dict[str, int]]:
+    """Per form of the step (torch, fused, fused with the reset only on a step with a done row), one step's torch
+    compute operations inside the body the env records as its step's CUDA graph, and its Warp kernel launches: the
+    second step of an episode (after a reset and a warm-up step), a step without a done row."""
+    body, fused, fuse, when_done = dev._step_body, dev._fused, dev._fuse, dev._reset_only_when_done  # noqa: SLF001
+    out = {}
+    for form, fused_form, reset_form in (("torch", False, False), ("fused", True, False),
+                                         ("fused, reset only when done", True, True)):
+        dev._fused, dev._fuse, dev._reset_only_when_done = (fused if fused_form else None), fused_form, reset_form  # noqa: SLF001
+        count = OpCount()
+        mark_step_graph(dev, count)
+        dev.reset()
+        actions = seeded_actions(dev, 2)
+        dev.step(actions[0])
+        with count, WarpLaunches() as launches:
+            dev.step(actions[1])
+        dev._step_body = body  # noqa: SLF001
+        out[form] = {"torch_compute_ops_in_step_graph": count.step_graph_compute, "warp_launches": launches.count}
+    dev._fused, dev._fuse, dev._reset_only_when_done = fused, fuse, when_done  # noqa: SLF001
+    return out
+
+
+def fused_terms(args: argparse.Namespace) -> dict[str, Any]:
+    extra = (f"env.max_episode_seconds={args.episode_seconds}",)
+    dev = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
+                          fused_terms=True)
+    perturbed_fused_step(dev, args.perturb_weight)
+    counts = {} if args.perturb_weight else step_counts(dev)
+    witness = FusedWitness(dev)
+    dev.reset()
+    actions = seeded_actions(dev, args.steps)
+    done_rows = 0
+    for t in range(args.steps):
+        out = dev.step(actions[t])
+        done_rows += int((out.terminated | out.truncated).sum())
+    return {"mode": "fused-terms", "num_envs": args.num_envs, "steps": args.steps, "device": str(dev.device),
+            "versions": versions(), "series_sha256": series_sha256(), "perturb_weight": args.perturb_weight,
+            "done_rows": done_rows, **witness.result(), "per_step": counts,
+            "equal": not witness.first_difference_step and witness.steps == args.steps}
+
+
 def failed_capture(args: argparse.Namespace) -> dict[str, Any]:
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
     failing = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
@@ -573,7 +706,7 @@ def failed_capture(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops", "sensors", "draws-ahead",
-                                           "reset-when-done", "failed-capture"),
+                                           "reset-when-done", "failed-capture", "fused-terms"),
                         required=True)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
@@ -593,11 +726,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws-ahead", action="store_true", help="host-reads: the env taking its draws ahead")
     parser.add_argument("--no-restore", action="store_true", help="failed-capture: the negative control")
     parser.add_argument("--reset-never", action="store_true", help="reset-when-done: the negative control")
+    parser.add_argument("--perturb-weight", default=None, help="fused-terms: the negative control (a reward term)")
     args = parser.parse_args(argv)
     try:
         result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops,
                   "sensors": sensors, "draws-ahead": draws_ahead, "reset-when-done": reset_when_done,
-                  "failed-capture": failed_capture}[args.mode](args)
+                  "failed-capture": failed_capture, "fused-terms": fused_terms}[args.mode](args)
     except ValueError as exc:  # a task the device env refuses: its one-line reason
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2

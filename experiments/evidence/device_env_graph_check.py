@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The device env's CUDA graphs on a GPU: their memory, the draws taken ahead, the reset's condition, a failed capture.
+"""The device env's CUDA graphs on a GPU: their memory, the draws taken ahead, the reset's condition, a failed capture,
+the fused step.
 
 Run on a CUDA host from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``device_evidence.sh
 env-graph``); on a machine without CUDA it says so in one line and exits 2. G1 Walk Flat's device env from the
@@ -31,6 +32,14 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             allocator's event sweep (``empty_cache``) must pass (unilab 0018, 0021). ``--leave-open`` skips closing
             what torch leaves open of the failed capture: the control, which on an H200 with torch 2.11 aborted
             the process (the allocator still counted the capture as under way).
+  fused     the step's work between the physics and the reset as one Warp kernel (``fused_terms``), inside the
+            replayed step graph: before each of ``--steps`` replays the state that work reads and writes is kept
+            (with the step's draws and the curriculum's scale); after it that work is run again in torch on the
+            replay's physics and compared with what the graph wrote, on the rows without a done row (a done row's
+            physics state is the reset's by then), within ``device_env_check``'s tolerances (a GPU compiler may
+            contract a product and a sum into one fused multiply-add); then the replay's state is put back.
+            ``--perturb-weight TERM`` builds the fused kernel with that reward term's weight scaled by 1.001: the
+            control, which must fail.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 without CUDA.
 """
@@ -47,7 +56,15 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_env_check import make_device_env, seeded_actions, series_sha256, versions  # noqa: E402
+from device_env_check import (  # noqa: E402
+    FusedComparison,
+    fused_tensors,
+    make_device_env,
+    perturbed_fused_step,
+    seeded_actions,
+    series_sha256,
+    versions,
+)
 
 SENTINEL = 7.0
 #: Probe sizes in float32 elements: above 1 MiB (torch's large pool) then 512 bytes (its small pool).
@@ -179,24 +196,57 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
             "holds": eager and stepped == args.steps and finite and stream_restored}
 
 
+def fused(args: argparse.Namespace) -> dict[str, Any]:
+    dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
+                          numpy_draws=False, draws_ahead=True, fused_terms=True)
+    perturbed_fused_step(dev, args.perturb_weight)  # the first reset: builds the fused step, captures the step
+    comparison = FusedComparison()
+    tensors = fused_tensors(dev)
+    kept = {**tensors, "draws": dev._drawn.current_bytes, "penalty_scale": dev._scale}  # noqa: SLF001
+    actions = seeded_actions(dev, args.steps)
+    done_rows = 0
+    for t in range(args.steps):
+        before = {name: value.clone() for name, value in kept.items()}
+        dev.step(actions[t])
+        torch.cuda.synchronize(dev.device)
+        replayed = {name: value.clone() for name, value in kept.items()}
+        for name, value in kept.items():
+            value.copy_(before[name])
+        dev._after_physics(dev._drawn.current)  # noqa: SLF001 - in torch, on the replay's physics
+        torch.cuda.synchronize(dev.device)
+        rows = ~replayed["done"]
+        done_rows += int((~rows).sum())
+        for name, value in tensors.items():
+            comparison.compare(name, replayed[name][rows], value[rows])
+        comparison.steps += 1
+        for name, value in kept.items():
+            value.copy_(replayed[name])
+    result = comparison.result()
+    captured = dev.graph_status == "captured"
+    return {"mode": "fused", "perturb_weight": args.perturb_weight, "graph_status": dev.graph_status,
+            "episode_seconds": args.episode_seconds, "done_rows": done_rows, **result,
+            "holds": captured and not result["first_difference_step"] and result["steps_compared"] == args.steps}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("memory", "draws", "reset", "failed"), required=True)
+    parser.add_argument("--mode", choices=("memory", "draws", "reset", "failed", "fused"), required=True)
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shared-pool", action="store_true", help="memory: the negative control")
     parser.add_argument("--offset-shifted", action="store_true", help="draws: the negative control")
-    parser.add_argument("--episode-seconds", type=float, default=0.2, help="reset: the episode length (time-outs)")
+    parser.add_argument("--episode-seconds", type=float, default=0.2, help="reset, fused: the episode length (time-outs)")
     parser.add_argument("--condition-unset", action="store_true", help="reset: a negative control")
     parser.add_argument("--every-step", action="store_true", help="reset: a negative control")
     parser.add_argument("--leave-open", action="store_true",
                         help="failed: the negative control (torch's half-open capture not closed)")
+    parser.add_argument("--perturb-weight", default=None, help="fused: the negative control (a reward term)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("device_env_graph_check: needs a CUDA device (the env's CUDA graphs)", file=sys.stderr)
         return 2
-    result = {"memory": memory, "draws": draws, "reset": reset, "failed": failed}[args.mode](args)
+    result = {"memory": memory, "draws": draws, "reset": reset, "failed": failed, "fused": fused}[args.mode](args)
     result.update(num_envs=args.num_envs, steps=args.steps, device=torch.cuda.get_device_name(),
                   versions=versions(), series_sha256=series_sha256())
     print(json.dumps(result))

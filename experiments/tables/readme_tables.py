@@ -9,8 +9,8 @@ and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput
 seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, ``preemption``
 (preemption_report) from the stop / resume / kill matrix's case JSONs, ``kernel-build`` (mjwarp_kernel_build)
 from the env start's Warp build JSONs, ``env-kernels`` (device_env_report) from ``device_env_bench.py --profile`` JSONs,
-``env-ops``, ``env-sensors`` and ``env-draws-ahead`` (device_env_report) from ``device_env_check.py --mode ops``,
-``--mode sensors`` and ``--mode draws-ahead`` JSONs, ``learner-kernels`` (learner_profile_report) from
+``env-ops``, ``env-sensors``, ``env-draws-ahead`` and ``env-fused-terms`` (device_env_report) from
+``device_env_check.py --mode ops``, ``--mode sensors``, ``--mode draws-ahead`` and ``--mode fused-terms`` JSONs, ``learner-kernels`` (learner_profile_report) from
 ``learner_kernel_profile.py`` JSONs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
 headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
@@ -65,6 +65,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "env-ops": device_env_report.op_count_table,
     "env-sensors": device_env_report.sensors_table,
     "env-draws-ahead": device_env_report.draws_ahead_table,
+    "env-fused-terms": device_env_report.fused_terms_table,
     "learner-kernels": learner_profile_report.table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
