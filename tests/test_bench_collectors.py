@@ -128,8 +128,8 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep``
     (device-env-sensors-every-substep) for the sensors in every substep, ``false`` (device-env-draws-in-step) for the
     draws in the step, ``when_done`` (device-env-reset-when-done) for the reset only on a step with a done row and
-    ``fused`` (device-env-fused-terms) for the terms as one Warp kernel (each refused with draws in the step),
-    anything else is a one-line error (control: a typo is not taken for the default)."""
+    ``fused`` (device-env-fused-terms) for its work around the physics as Warp kernels (each refused with draws in
+    the step), anything else is a one-line error (control: a typo is not taken for the default)."""
     root, overlay = tree
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
 

@@ -35,11 +35,14 @@ test asserts on its own.
    before reading them), with fewer Warp launches per step. Control: the condition never set differs at the
    first time-out.
 11. With draws ahead and ``fused_terms``, the step's work between the physics and the reset (terminations, rewards,
-   command, gait, both observation groups) is one Warp kernel: before each of 60 steps with time-outs the torch form
-   runs from the same state, and the episode counters, dones, gait phases, commands and observations stay bitwise,
-   the rewards within 1e-6; the step's graph holds about 160 fewer torch operations, and with the reset only on a
-   step with a done row, a step without one holds under ten. Control: the fused kernel built with one reward
-   weight scaled by 1.001 differs at the first step.
+   command, gait, both observation groups) is one Warp kernel and the reset of the done rows five: before each of
+   60 steps with time-outs the torch form runs from the same state, and the episode counters, dones, gait phases,
+   commands and observations stay bitwise, the rewards within 1e-6, and the reset leaves the env's state, the
+   curriculum, the gains and every MuJoCo Warp data array bitwise; the step's graph holds under ten torch
+   operations instead of about 240; a second env count, built beside the first in the same Warp kernel cache, holds
+   too (the kernels' constants are in their cache keys). Controls: the fused kernel built with one reward weight
+   scaled by 1.001 differs at the first step; the reset's gains written to the actuators in reverse order differ at
+   the first time-out.
 """
 
 from __future__ import annotations
@@ -116,7 +119,9 @@ SEQUENCES = {
     "test_the_reset_runs_only_on_a_step_with_a_done_row": ((*RESET, "--steps", "60"),
                                                            (*RESET, "--steps", "26", "--reset-never")),
     "test_the_fused_step_leaves_the_torch_steps_values": ((*FUSED, "--steps", "60"),
-                                                          (*FUSED, "--steps", "3", "--perturb-weight", "alive")),
+                                                          (*FUSED, "--steps", "3", "--num-envs", "32"),
+                                                          (*FUSED, "--steps", "3", "--perturb-weight", "alive"),
+                                                          (*FUSED, "--steps", "26", "--perturb-gain-cols")),
 }
 
 
@@ -298,15 +303,24 @@ def test_the_reset_runs_only_on_a_step_with_a_done_row(checks: SideBySide, reque
 
 
 def test_the_fused_step_leaves_the_torch_steps_values(checks: SideBySide, request: pytest.FixtureRequest) -> None:
-    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
+    (rc, same, err), (rc_32, other, err_32), (rc_weight, weight, err_weight), (rc_gains, gains, err_gains) = (
+        checks.result(request))
     assert rc == 0 and same["equal"] and same["first_difference_step"] == {}, (same, err[-3000:])
     assert same["steps_compared"] == 60 and same["done_rows"] >= 32, same
     exact = [name for name in same["outputs_compared"] if name != "reward" and not name.endswith("obs")]
     assert all(same["bitwise"][name] for name in exact), same["bitwise"]
     assert all(same["max_rel_diff"][name] <= 1e-6 for name in same["outputs_compared"] if name.endswith("obs"))
     assert same["max_abs_diff"]["reward"] <= 1e-6, same["max_abs_diff"]
+    reset = same["reset"]
+    assert reset["steps_compared"] == 60 and len(reset["outputs_compared"]) > 100 and all(reset["bitwise"].values())
+    # Another env count, its kernels built beside the first run's in the same Warp kernel cache: the draws' offsets
+    # differ, and a kernel of the first run loaded from the cache would read the wrong noise at once.
+    assert rc_32 == 0 and other["equal"] and other["num_envs"] == 32, (other, err_32[-3000:])
     ops = {form: counts["torch_compute_ops_in_step_graph"] for form, counts in same["per_step"].items()}
-    assert ops["torch"] - ops["fused"] >= 150 and ops["fused, reset only when done"] < 10, ops
-    # Control: the fused kernel's alive weight scaled by 1.001 (10 x 0.001 x 0.02 = 2e-4 per step) differs at once.
-    assert rc_control == 1 and not control["equal"], (control, err_control[-3000:])
-    assert control["first_difference_step"] == {"reward": 0} and control["max_abs_diff"]["reward"] > 1e-4, control
+    assert ops["torch"] >= 200 and ops["fused"] < 10 and ops["fused, reset only when done"] < 10, ops
+    # Controls: the fused kernel's alive weight scaled by 1.001 (10 x 0.001 x 0.02 = 2e-4 per step) differs at once;
+    # the reset's gains written in reverse actuator order differ at the first time-out (step 24 of 0.5 s episodes).
+    assert rc_weight == 1 and not weight["equal"], (weight, err_weight[-3000:])
+    assert weight["first_difference_step"] == {"reward": 0} and weight["max_abs_diff"]["reward"] > 1e-4, weight
+    assert rc_gains == 1 and not gains["equal"] and gains["first_difference_step"] == {}, (gains, err_gains[-3000:])
+    assert gains["reset"]["first_difference_step"] == {"gainprm": 24, "biasprm": 24}, gains["reset"]

@@ -110,7 +110,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "device-env-sensors-every-substep": (True, True),  # the default learner; sensors in every substep
         "device-env-draws-in-step": (True, True),  # the default learner; the env's draws in the step
         "device-env-reset-when-done": (True, True),  # the default learner; the env's reset when a row is done
-        "device-env-fused-terms": (True, True),  # the default learner; the env's terms as one Warp kernel
+        "device-env-fused-terms": (True, True),  # the default learner; the env's work as Warp kernels
         "device-env-fused-reset-when-done": (True, True),  # the default learner; both env levers
         "aligned-products": (True, True),  # the default learner; its products on aligned widths
         "combo-kernels": (True, True),  # the default learner; compiled with Inductor's combo kernels

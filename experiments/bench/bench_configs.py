@@ -206,20 +206,19 @@ CONFIGS: dict[str, BenchConfig] = {
                           "observation) runs only on an env step with a done row, as a conditional node of the "
                           "step's CUDA graph (unilab 0022), with the same outputs; the default runs it on every "
                           "step: compare with patched-default for what the skipped resets gain"),
-        BenchConfig("device-env-fused-terms", "patched defaults + the device env's terms, command and observations "
-                    "as one Warp kernel", "overlay", (), requires_key=DEVICE_ENV_TERMS_KEY,
+        BenchConfig("device-env-fused-terms", "patched defaults + the device env's work around the physics as "
+                    "Warp kernels", "overlay", (), requires_key=DEVICE_ENV_TERMS_KEY,
                     training=(("device_env_terms", "fused"),), collectors=("device",),
-                    notes="the env step's work between the physics and the reset (terminations, rewards, command, "
-                          "observations: about 160 torch operations) as one Warp kernel (unilab 0024), the same "
-                          "values within float32 rounding: compare with patched-default for what the fewer "
-                          "kernels gain"),
-        BenchConfig("device-env-fused-reset-when-done", "patched defaults + the device env's fused terms and its "
+                    notes="the env step's terminations, rewards, command, observations and reset of the done rows "
+                          "(about 240 torch operations) as six Warp kernels (unilab 0024), the same values within "
+                          "float32 rounding: compare with patched-default for what the fewer kernels gain"),
+        BenchConfig("device-env-fused-reset-when-done", "patched defaults + the device env's fused work and its "
                     "reset only on a step with a done row", "overlay", (), requires_key=DEVICE_ENV_TERMS_KEY,
                     training=(("device_env_terms", "fused"), ("device_env_reset", "when_done")),
                     collectors=("device",),
                     notes="both env levers at once (unilab 0022, 0024): on a step without a done row the step's "
-                          "graph then holds the physics, one Warp kernel and a few torch operations: compare with "
-                          "patched-default and with each lever alone"),
+                          "graph then holds the physics, one Warp kernel of the env's and a few torch operations: "
+                          "compare with patched-default and with each lever alone"),
         BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
                     "overlay", (("aligned_products", True),), requires_key=ALIGNED_PRODUCTS_KEY,
                     notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "

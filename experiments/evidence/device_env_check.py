@@ -65,6 +65,17 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 generator is also left in capture state, where its next draw stops the run; the GPU side is
                 ``device_env_graph_check.py --mode failed``. ``--no-restore`` moves the generator the same way
                 without the env's handling: the control, which must differ.
+  fused-terms   a device env with draws ahead and its own torch draws, its step's work around the physics as Warp
+                kernels (``fused_terms``: the work between the physics and the reset, and the reset of the done
+                rows), steps ``--steps`` times; before each fused launch the torch form runs from the same state
+                (``FusedWitness``: the same physics, the same draws), what it wrote is kept and the state put back,
+                then the fused form runs and the two are compared: the rewards within ``REWARD_ATOL``, the
+                observations within ``FUSED_OBS_RTOL``, everything else bitwise (for the reset: the env's state,
+                the curriculum, the gains and every MuJoCo Warp data array). Also counts one step of each form: the
+                torch compute operations inside the body recorded as the step's CUDA graph, and the Warp launches.
+                Controls, each must fail: ``--perturb-weight TERM`` builds the fused step with that reward term's
+                weight scaled by 1.001; ``--perturb-gain-cols`` with the reset's gains written to the actuators in
+                reverse order.
 
 Prints one JSON; exit 0 when the check holds (``equal``; for draws-ahead ``holds``: equal, and no draw in the step's
 graph), 1 when it does not, 2 when the device env refuses the task.
@@ -564,19 +575,37 @@ def fused_tensors(dev: Any) -> dict[str, torch.Tensor]:
     return {name: own[name] if name in own else getattr(dev, name) for name in FUSED_OUTPUTS}
 
 
-class FusedComparison:
-    """The fused step's outputs against the torch step's, name by name (``FUSED_OUTPUTS``): whether bitwise, the
-    largest differences, and the first step outside the tolerance."""
+def reset_tensors(dev: Any) -> dict[str, torch.Tensor]:
+    """What the reset of the done rows may write: the env's state, the curriculum, the per-world gains, MuJoCo
+    Warp's reset mask and every MuJoCo Warp data array (as torch views), by name."""
+    import warp as wp
 
-    def __init__(self) -> None:
+    s, sim = dev.state, dev.sim
+    out = {"time_left": dev.time_left, "command": s.command, "is_standing": dev.is_standing,
+           "gait_phase": s.gait_phase, "action": s.action, "prev_action": s.prev_action, "steps": dev.steps,
+           "policy_obs": dev.policy_obs, "critic_obs": dev.critic_obs, "penalty_scale": dev._scale,  # noqa: SLF001
+           "average_length": dev._average_length, "gainprm": sim.gainprm, "biasprm": sim.biasprm,  # noqa: SLF001
+           "reset_mask": sim._reset_mask}  # noqa: SLF001
+    out.update({f"mjwarp.{name}": wp.to_torch(array) for name, array in warp_arrays(dev).items()})
+    return out
+
+
+class FusedComparison:
+    """The fused step's outputs against the torch step's, name by name: whether bitwise, the largest differences,
+    and the first step outside the tolerance (rewards within ``REWARD_ATOL``, observations within
+    ``FUSED_OBS_RTOL``, the rest bitwise)."""
+
+    def __init__(self, names: Any = FUSED_OUTPUTS) -> None:
+        self.names = list(names)
         self.steps = 0
         self.first_difference_step: dict[str, int] = {}
-        self.bitwise = dict.fromkeys(FUSED_OUTPUTS, True)
-        self.max_abs_diff = dict.fromkeys(FUSED_OUTPUTS, 0.0)
-        self.max_rel_diff = dict.fromkeys(FUSED_OUTPUTS, 0.0)
+        self.bitwise = dict.fromkeys(self.names, True)
+        self.max_abs_diff = dict.fromkeys(self.names, 0.0)
+        self.max_rel_diff = dict.fromkeys(self.names, 0.0)
 
     def compare(self, name: str, fused: torch.Tensor, reference: torch.Tensor) -> None:
-        if torch.equal(fused, reference):
+        if torch.equal(fused, reference) or (fused.is_floating_point() and torch.equal(fused.isnan(), reference.isnan())
+                                             and torch.equal(fused.nan_to_num(), reference.nan_to_num())):
             return
         self.bitwise[name] = False
         ok = False
@@ -593,48 +622,71 @@ class FusedComparison:
             self.first_difference_step.setdefault(name, self.steps)
 
     def result(self) -> dict[str, Any]:
-        return {"outputs_compared": list(FUSED_OUTPUTS), "bitwise": self.bitwise, "max_abs_diff": self.max_abs_diff,
+        return {"outputs_compared": self.names, "bitwise": self.bitwise, "max_abs_diff": self.max_abs_diff,
                 "max_rel_diff": self.max_rel_diff,
                 "tolerance": {"reward_abs": REWARD_ATOL, "observations_rel": FUSED_OBS_RTOL, "others": "bitwise"},
                 "first_difference_step": self.first_difference_step, "steps_compared": self.steps}
 
 
 class FusedWitness(FusedComparison):
-    """Before each launch of ``dev``'s fused step, runs the torch step's work after the physics from the same state
-    (the same physics, the same draws), keeps what it wrote, puts the state back, then launches the fused step and
-    compares: so the two forms are compared on identical inputs at every step, on any device (eager)."""
+    """Before each fused launch of ``dev`` (the work after the physics, the reset of the done rows), runs the torch
+    form from the same state (the same physics, the same draws), keeps what it wrote, puts the state back, then runs
+    the fused form and compares: so the two forms are compared on identical inputs at every step, on any device
+    (eager). ``reset`` holds the reset's comparison (every MuJoCo Warp data array among what it compares)."""
 
     def __init__(self, dev: Any) -> None:
         super().__init__()
-        self.dev, self._launch = dev, dev._fused.launch  # noqa: SLF001
-        dev._fused.launch = self.run  # noqa: SLF001
+        self.dev, fused = dev, dev._fused  # noqa: SLF001
+        self._after_physics, self._reset = fused.after_physics, fused.reset_done_rows
+        fused.after_physics, fused.reset_done_rows = self.after_physics, self.reset_done_rows
+        self.reset = FusedComparison(reset_tensors(dev))
 
-    def run(self) -> None:
-        dev = self.dev
-        tensors = fused_tensors(dev)
+    @staticmethod
+    def _twice(tensors: dict[str, torch.Tensor], torch_form: Any, fused_form: Any) -> dict[str, torch.Tensor]:
+        """Runs the torch form, keeps what it left, puts the state back, runs the fused form; the torch form's."""
         before = {name: t.clone() for name, t in tensors.items()}
-        dev._after_physics(dev._drawn.current)  # noqa: SLF001
+        torch_form()
         reference = {name: t.clone() for name, t in tensors.items()}
         for name, t in tensors.items():
             t.copy_(before[name])
-        self._launch()
+        fused_form()
+        return reference
+
+    def after_physics(self) -> None:
+        dev = self.dev
+        tensors = fused_tensors(dev)
+        reference = self._twice(tensors, lambda: dev._after_physics(dev._drawn.current), self._after_physics)  # noqa: SLF001
         for name, t in tensors.items():
             self.compare(name, t, reference[name])
         self.steps += 1
 
+    def reset_done_rows(self) -> None:
+        dev = self.dev
+        ahead = dev._drawn.current  # noqa: SLF001
+        tensors = reset_tensors(dev)
+        reference = self._twice(tensors, lambda: dev._reset_rows(dev._done, update_curriculum=True,  # noqa: SLF001
+                                                                 drawn=ahead.reset, noise=ahead.reset_noise),
+                                self._reset)
+        for name, t in tensors.items():
+            self.reset.compare(name, t, reference[name])
+        self.reset.steps += 1
 
-def perturbed_fused_step(dev: Any, term: str | None) -> None:
-    """The env's first reset, which builds its fused step from the bound terms; with ``term`` (the negative
-    control) that reward term's weight scaled by 1.001 in the fused step only."""
-    bound = list(dev._rewards)  # noqa: SLF001
+
+def perturbed_fused_step(dev: Any, term: str | None, gain_cols: bool = False) -> None:
+    """The env's first reset, which builds its fused step from the bound terms. The negative controls, in the fused
+    step only: ``term``, that reward term's weight scaled by 1.001; ``gain_cols``, the reset's kp and kd written
+    to the actuators in reverse order."""
+    bound, cols = list(dev._rewards), dev._gain_cols  # noqa: SLF001
     if term:
         names = [r.name for r in bound]
         if term not in names:
             raise SystemExit(f"device_env_check: no reward term {term!r} (terms: {names})")
         index = names.index(term)
         dev._rewards[index] = dataclasses.replace(bound[index], weight=bound[index].weight * 1.001)  # noqa: SLF001
+    if gain_cols:
+        dev._gain_cols = cols.flip(0)  # noqa: SLF001
     dev.reset()
-    dev._rewards = bound  # noqa: SLF001 - the torch step keeps the task's weights
+    dev._rewards, dev._gain_cols = bound, cols  # noqa: SLF001 - the torch step keeps the task's
 
 
 def step_counts(dev: Any) -> dict[str, dict[str, int]]:
@@ -663,8 +715,8 @@ def fused_terms(args: argparse.Namespace) -> dict[str, Any]:
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
     dev = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
                           fused_terms=True)
-    perturbed_fused_step(dev, args.perturb_weight)
-    counts = {} if args.perturb_weight else step_counts(dev)
+    perturbed_fused_step(dev, args.perturb_weight, args.perturb_gain_cols)
+    counts = {} if args.perturb_weight or args.perturb_gain_cols else step_counts(dev)
     witness = FusedWitness(dev)
     dev.reset()
     actions = seeded_actions(dev, args.steps)
@@ -674,8 +726,9 @@ def fused_terms(args: argparse.Namespace) -> dict[str, Any]:
         done_rows += int((out.terminated | out.truncated).sum())
     return {"mode": "fused-terms", "num_envs": args.num_envs, "steps": args.steps, "device": str(dev.device),
             "versions": versions(), "series_sha256": series_sha256(), "perturb_weight": args.perturb_weight,
-            "done_rows": done_rows, **witness.result(), "per_step": counts,
-            "equal": not witness.first_difference_step and witness.steps == args.steps}
+            "perturb_gain_cols": bool(args.perturb_gain_cols), "done_rows": done_rows, **witness.result(), "reset": witness.reset.result(), "per_step": counts,
+            "equal": not witness.first_difference_step and not witness.reset.first_difference_step
+            and witness.steps == witness.reset.steps == args.steps}
 
 
 def failed_capture(args: argparse.Namespace) -> dict[str, Any]:
@@ -726,7 +779,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws-ahead", action="store_true", help="host-reads: the env taking its draws ahead")
     parser.add_argument("--no-restore", action="store_true", help="failed-capture: the negative control")
     parser.add_argument("--reset-never", action="store_true", help="reset-when-done: the negative control")
-    parser.add_argument("--perturb-weight", default=None, help="fused-terms: the negative control (a reward term)")
+    parser.add_argument("--perturb-weight", default=None, help="fused-terms: a negative control (a reward term)")
+    parser.add_argument("--perturb-gain-cols", action="store_true", help="fused-terms: a negative control")
     args = parser.parse_args(argv)
     try:
         result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops,

@@ -37,7 +37,9 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             (with the step's draws and the curriculum's scale); after it that work is run again in torch on the
             replay's physics and compared with what the graph wrote, on the rows without a done row (a done row's
             physics state is the reset's by then), within ``device_env_check``'s tolerances (a GPU compiler may
-            contract a product and a sum into one fused multiply-add); then the replay's state is put back.
+            contract a product and a sum into one fused multiply-add), and every done row must have been reset by
+            the fused reset (its episode counter at 0, an observation other than its final one); then the replay's
+            state is put back (``device_env_check.py --mode fused-terms`` compares the fused reset itself, eager).
             ``--perturb-weight TERM`` builds the fused kernel with that reward term's weight scaled by 1.001: the
             control, which must fail.
 
@@ -218,6 +220,11 @@ def fused(args: argparse.Namespace) -> dict[str, Any]:
         done_rows += int((~rows).sum())
         for name, value in tensors.items():
             comparison.compare(name, replayed[name][rows], value[rows])
+        # the done rows were reset by the fused reset: episode counter at 0, an observation other than the final one
+        reset = replayed["done"]
+        if not (bool((replayed["steps"][reset] == 0).all()) and bool(
+                (replayed["policy_obs"][reset] != replayed["final_policy_obs"][reset]).any(dim=1).all())):
+            comparison.first_difference_step.setdefault("reset", t)
         comparison.steps += 1
         for name, value in kept.items():
             value.copy_(replayed[name])

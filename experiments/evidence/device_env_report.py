@@ -124,26 +124,29 @@ def draws_ahead_table(folder: Path) -> str:
 
 
 def fused_terms_table(folder: Path) -> str:
-    """The env step's work between the physics and the reset as one Warp kernel against the torch step, both run
-    from the same state before every step (``device_env_check.py --mode fused-terms``): the outputs left bitwise,
-    the largest reward and observation differences, the verdict against the stated tolerances, and per form of the
-    step (torch, fused, fused with the reset only on a step with a done row) one step's torch compute operations in
-    the step's graph and Warp kernel launches, one row per record."""
+    """The env step's work around the physics as Warp kernels against the torch step, both run from the same state
+    before every fused launch (``device_env_check.py --mode fused-terms``): the outputs of the work after the physics
+    left bitwise, the largest reward and observation differences, the reset's arrays left bitwise, the verdict
+    against the stated tolerances, and per form of the step (torch, fused, fused with the reset only on a step with
+    a done row) one step's torch compute operations in the step's graph and Warp kernel launches, one row per
+    record."""
     records = [(name, data) for name, data in _load(sorted(folder.glob("*.json"))) if data.get("mode") == "fused-terms"]
-    rows = ["| record | envs (device) | steps | done rows | outputs bitwise | largest reward difference | largest "
-            "observation difference (relative) | within the tolerances | torch operations in the step's graph: "
-            "torch · fused · fused, reset when done | Warp launches: torch · fused · fused, reset when done |",
-            "|---" * 10 + "|"]
+    rows = ["| record | envs (device) | steps | done rows | after the physics: outputs bitwise | largest reward "
+            "difference | largest observation difference (relative) | reset: arrays bitwise | within the tolerances "
+            "| torch operations in the step's graph: torch · fused · fused, reset when done | Warp launches: torch · "
+            "fused · fused, reset when done |", "|---" * 11 + "|"]
     forms = ("torch", "fused", "fused, reset only when done")
     for name, data in records:
-        bitwise = data["bitwise"]
+        bitwise, reset = data["bitwise"], data["reset"]["bitwise"]
         obs = max(value for key, value in data["max_rel_diff"].items() if key.endswith("obs"))
         counts = data["per_step"]
         ops = " · ".join(str(counts[form]["torch_compute_ops_in_step_graph"]) for form in forms) if counts else "–"
         launches = " · ".join(str(counts[form]["warp_launches"]) for form in forms) if counts else "–"
+        verdict = "yes" if data["equal"] else "no, from step " + str(min(
+            [*data["first_difference_step"].values(), *data["reset"]["first_difference_step"].values()]))
         rows.append(f"| {name} | {data['num_envs']} ({data['device']}) | {data['steps']} | {data['done_rows']} | "
                     f"{sum(bitwise.values())} of {len(bitwise)} | {data['max_abs_diff']['reward']:.3g} | {obs:.3g} | "
-                    f"{_equal(data)} | {ops} | {launches} |")
+                    f"{sum(reset.values())} of {len(reset)} | {verdict} | {ops} | {launches} |")
     return "\n".join(rows)
 
 
