@@ -311,6 +311,7 @@ def test_the_fused_step_leaves_the_torch_steps_values(checks: SideBySide, reques
     assert all(same["bitwise"][name] for name in exact), same["bitwise"]
     assert all(same["max_rel_diff"][name] <= 1e-6 for name in same["outputs_compared"] if name.endswith("obs"))
     assert same["max_abs_diff"]["reward"] <= 1e-6, same["max_abs_diff"]
+    assert same["checkpoint_keys_as_torch_step"], same  # a checkpoint resumes with either form
     reset = same["reset"]
     assert reset["steps_compared"] == 60 and len(reset["outputs_compared"]) > 100 and all(reset["bitwise"].values())
     # Another env count, its kernels built beside the first run's in the same Warp kernel cache: the draws' offsets
