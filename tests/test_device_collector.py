@@ -98,6 +98,11 @@ def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
             lambda: _train(tree, where("mjwarp") / "run", "task=g1_walk_flat/mjwarp", *mjwarp,
                            "algo.max_iterations=6", "training.collector=device", UNISIM_MJWARP_ALLOW_CPU="1",
                            MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES=""),
+        "test_hydra_cli_trains_on_the_fused_mjwarp_device_env":
+            lambda: _train(tree, where("mjwarp-fused") / "run", "task=g1_walk_flat/mjwarp", *mjwarp,
+                           "algo.max_iterations=6", "training.collector=device", "training.device_env_terms=fused",
+                           "training.device_env_reset=when_done", UNISIM_MJWARP_ALLOW_CPU="1",
+                           MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES=""),
         "test_a_task_without_a_device_env_is_refused_in_one_line":
             lambda: _train(tree, where("refused") / "run", *CLI_SETTINGS, "training.collector=device"),
         "test_learner_update_on_the_device_ring_equals_the_host_path":
@@ -169,13 +174,31 @@ def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Pat
 
 def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
     """The real device env (unilab 0006) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
-    device, the task's own factory with the run's env override."""
+    device, the task's own factory with the run's env override. The run records the form of the env's step it ran
+    (the tree's defaults; no CUDA graph on the CPU)."""
     proc, logs = ran
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     summary = json.loads((logs / "run_summary.json").read_text())
     assert summary["status"] == "completed" and summary["completed_iterations"] == 6
     assert summary["collector"] == "device-resident" and summary["total_env_steps"] == 7 * 16
     assert (logs / "model_5.pt").is_file()
+    assert summary["runtime_manifest"]["device_env"] == {
+        "step_graph": "off", "stream": "none", "sensors": "last_substep", "draws_ahead": "true", "reset": "every_step",
+        "terms": "torch"}, summary["runtime_manifest"]
+
+
+def test_hydra_cli_trains_on_the_fused_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
+    """The same with the env's work around the physics as Warp kernels and its reset only on a step with a done row
+    (unilab 0024, 0022): the switches reach the env through the command line (the run's record of the env's form
+    says so, where the default run's says torch and every step), and the run trains and checkpoints."""
+    proc, logs = ran
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    summary = json.loads((logs / "run_summary.json").read_text())
+    assert summary["status"] == "completed" and summary["completed_iterations"] == 6
+    assert summary["collector"] == "device-resident" and summary["total_env_steps"] == 7 * 16
+    assert (logs / "model_5.pt").is_file()
+    form = summary["runtime_manifest"]["device_env"]
+    assert (form["terms"], form["reset"], form["draws_ahead"]) == ("fused", "when_done", "true"), form
 
 
 def test_a_task_without_a_device_env_is_refused_in_one_line(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
