@@ -40,6 +40,7 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             contract a product and a sum into one fused multiply-add), and every done row must have been reset by
             the fused reset (its episode counter at 0, an observation other than its final one); then the replay's
             state is put back (``device_env_check.py --mode fused-terms`` compares the fused reset itself, eager).
+            ``--reset-when-done`` puts the fused reset in the reset's conditional node (unilab 0022).
             ``--perturb-weight TERM`` builds the fused kernel with that reward term's weight scaled by 1.001: the
             control, which must fail.
 
@@ -200,7 +201,8 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
 
 def fused(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
-                          numpy_draws=False, draws_ahead=True, fused_terms=True)
+                          numpy_draws=False, draws_ahead=True, fused_terms=True,
+                          reset_only_when_done=args.reset_when_done)
     perturbed_fused_step(dev, args.perturb_weight)  # the first reset: builds the fused step, captures the step
     comparison = FusedComparison()
     tensors = fused_tensors(dev)
@@ -230,7 +232,8 @@ def fused(args: argparse.Namespace) -> dict[str, Any]:
             value.copy_(replayed[name])
     result = comparison.result()
     captured = dev.graph_status == "captured"
-    return {"mode": "fused", "perturb_weight": args.perturb_weight, "graph_status": dev.graph_status,
+    return {"mode": "fused", "perturb_weight": args.perturb_weight, "reset_when_done": bool(args.reset_when_done),
+            "graph_status": dev.graph_status,
             "episode_seconds": args.episode_seconds, "done_rows": done_rows, **result,
             "holds": captured and not result["first_difference_step"] and result["steps_compared"] == args.steps}
 
@@ -249,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leave-open", action="store_true",
                         help="failed: the negative control (torch's half-open capture not closed)")
     parser.add_argument("--perturb-weight", default=None, help="fused: the negative control (a reward term)")
+    parser.add_argument("--reset-when-done", action="store_true",
+                        help="fused: with the reset only on a step with a done row (its conditional node)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("device_env_graph_check: needs a CUDA device (the env's CUDA graphs)", file=sys.stderr)
