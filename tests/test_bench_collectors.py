@@ -237,6 +237,24 @@ def test_the_trainer_records_name_the_collector_and_a_mismatch_fails_the_run() -
     assert wrong["collector"] == "host" and "asked for the device-resident collector" in str(wrong["error"])
 
 
+def test_a_run_whose_env_step_stayed_eager_is_marked_in_the_tables() -> None:
+    """The device env's form reaches the run JSON from the trainer's runtime manifest, and a configuration whose
+    env step's capture failed in some run is marked wherever its label is shown (control: captured, unmarked)."""
+    def run(step_graph: str) -> dict:
+        form = {"step_graph": step_graph, "terms": "fused"}
+        summary = {"collector": "device-resident", "host_syncs_per_iteration": 1.0, "collector_phases_ms": {},
+                   "runtime_manifest": {"device_env": form}}
+        record = bench_records.collector_record("device", {"collector": "device-resident"}, summary)
+        assert record["run_summary"]["device_env"] == form
+        return {"run_summary": record["run_summary"]}
+
+    captured, eager = run("captured"), run("eager (capture failed: operation not permitted when stream is capturing)")
+    label = bench_report._label("device-env-fused-terms", [captured, eager])
+    assert label.endswith(" (env step not graphed, its capture failed: 1 of 2 runs)"), label
+    assert bench_report._label("device-env-fused-terms", [captured, captured]) == (
+        bench_configs.CONFIGS["device-env-fused-terms"].label)
+
+
 #: The tests of the real CPU bench run of the device collector (MuJoCo Warp on Warp's CPU device, over a minute
 #: on two cores): extended; the device collector's command line is the default suite's in test_device_collector.py.
 REAL_BENCH_RUN = pytest.mark.extended
@@ -266,7 +284,8 @@ def test_a_real_device_bench_run_records_collector_host_syncs_and_phases(device_
     assert run["training_config"]["algo_params"] is not None and len(rows_all) == 8 and run["num_samples"] == 5
     trainer = json.loads(Path(run["_summary_file"]).read_text())
     whole = ("collector", "host_syncs_per_iteration", "collector_phases_ms")
-    assert run["run_summary"] == {k: trainer[k] for k in whole}
+    assert run["run_summary"] == {**{k: trainer[k] for k in whole}, "device_env": trainer["runtime_manifest"]["device_env"]}
+    assert run["run_summary"]["device_env"]["step_graph"] == "off"  # Warp's CPU device: no CUDA graph
     # Over all iterations, the hook's rows give the trainer's own whole-run figures.
     assert statistics.fmean(r["host_syncs"] for r in rows_all) == pytest.approx(trainer["host_syncs_per_iteration"])
     for phase, mean in trainer["collector_phases_ms"].items():

@@ -211,8 +211,9 @@ def collector_record(requested: str, meta: dict[str, Any], summary: dict[str, An
     The learner's runtime manifest names the device-resident collector; the host runners name none, so a
     run that logged iterations without a name ran the host collector. A run that logged nothing is recorded
     under the collector it asked for. ``run_summary`` is what the trainer wrote in run_summary.json (collector,
-    host syncs per iteration and phases over all iterations, and with compile behind the swap's record: helper
-    seconds and exit code, swap iteration, pause); the host path writes only the swap's record.
+    host syncs per iteration and phases over all iterations, with compile behind the swap's record: helper
+    seconds and exit code, swap iteration, pause, and the device env's form: its step graph's status and the
+    switches it honoured); the host path writes only the swap's record.
     """
     asked = bench_configs.COLLECTORS[requested].recorded
     recorded = meta.get("collector") or ("host" if meta else asked)
@@ -220,5 +221,8 @@ def collector_record(requested: str, meta: dict[str, Any], summary: dict[str, An
     whole = {k: summary.get(k) for k in keys} if summary and summary.get("collector") else None
     if summary and "compile_behind" in summary:
         whole = {**(whole or {}), "compile_behind": summary["compile_behind"]}
+    form = ((summary or {}).get("runtime_manifest") or {}).get("device_env")
+    if form:
+        whole = {**(whole or {}), "device_env": form}
     error = None if recorded == asked else f"asked for the {asked} collector, the trainer ran the {recorded} one"
     return {"collector": recorded, "collector_requested": asked, "run_summary": whole, "error": error}

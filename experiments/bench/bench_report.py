@@ -147,12 +147,23 @@ def compiled_through_window(run: dict[str, Any]) -> bool:
     return "swap_iteration" in record and bool(rows) and int(record["swap_iteration"]) <= int(rows[0]["step"])
 
 
+def env_step_eager(run: dict[str, Any]) -> bool:
+    """Whether a device-collector run's env step stayed eager because its CUDA graph capture failed (which the
+    trainer says only on stderr and in its record of the env's form)."""
+    form = (run.get("run_summary") or {}).get("device_env") or {}
+    return str(form.get("step_graph", "")).startswith("eager")
+
+
 def _label(name: str, runs: Sequence[dict[str, Any]]) -> str:
     """A configuration's label; marked where some of its runs compiled behind and swapped inside or after the
-    summary window, so that no table passes their figures off as the compiled steady state."""
+    summary window, so that no table passes their figures off as the compiled steady state, and where some of
+    their env steps stayed eager (a failed capture), so that no table passes a slower step off as the
+    configuration's."""
     late = sum(not compiled_through_window(run) for run in runs)
-    return _config_label(name, runs) + (f" (swap not before the summary window: {late} of {len(runs)} runs)"
-                                        if late else "")
+    eager = sum(env_step_eager(run) for run in runs)
+    return (_config_label(name, runs)
+            + (f" (swap not before the summary window: {late} of {len(runs)} runs)" if late else "")
+            + (f" (env step not graphed, its capture failed: {eager} of {len(runs)} runs)" if eager else ""))
 
 
 def _config_label(name: str, runs: Sequence[dict[str, Any]]) -> str:
