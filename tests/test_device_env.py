@@ -32,8 +32,8 @@ test asserts on its own.
    (a conditional node of the step's CUDA graph; on the CPU, Warp's direct read of the flag): over 60 steps with time-outs, the env outputs
    and every MuJoCo Warp array stay bitwise as with the reset on every step, except, after a step without a done
    row, the derived arrays the reset's kinematics pass writes (the next step's forward computes them again
-   before reading them), with fewer Warp launches per step. Control: the condition never set differs at the
-   first time-out.
+   before reading them), with fewer Warp launches per step; so also with the fused step on both sides. Control:
+   the condition never set differs at the first time-out.
 11. With draws ahead and ``fused_terms``, the step's work between the physics and the reset (terminations, rewards,
    command, gait, both observation groups) is one Warp kernel and the reset of the done rows five: before each of
    60 steps with time-outs the torch form runs from the same state, and the episode counters, dones, gait phases,
@@ -117,7 +117,8 @@ SEQUENCES = {
     "test_a_failed_capture_steps_on_with_the_draws_it_would_have_taken": ((*FAILED, "--steps", "10"),
                                                                           (*FAILED, "--steps", "2", "--no-restore")),
     "test_the_reset_runs_only_on_a_step_with_a_done_row": ((*RESET, "--steps", "60"),
-                                                           (*RESET, "--steps", "26", "--reset-never")),
+                                                           (*RESET, "--steps", "26", "--reset-never"),
+                                                           (*RESET, "--steps", "60", "--fused")),
     "test_the_fused_step_leaves_the_torch_steps_values": ((*FUSED, "--steps", "60"),
                                                           (*FUSED, "--steps", "3", "--num-envs", "32"),
                                                           (*FUSED, "--steps", "3", "--perturb-weight", "alive"),
@@ -287,9 +288,12 @@ DERIVED = {"xpos", "xquat", "xmat", "xipos", "ximat", "xanchor", "xaxis", "geom_
 
 
 def test_the_reset_runs_only_on_a_step_with_a_done_row(checks: SideBySide, request: pytest.FixtureRequest) -> None:
-    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
+    (rc, same, err), (rc_control, control, err_control), (rc_fused, fused, err_fused) = checks.result(request)
     assert rc == 0 and same["holds"] and same["first_difference_step"] == {}, (same, err[-3000:])
     assert same["arrays_compared"] > 100 and set(same["kinematics_pass_writes"]) <= DERIVED, same
+    # The same with the fused step on both sides (the fused reset the one that runs or not).
+    assert rc_fused == 0 and fused["holds"] and fused["fused_terms"], (fused, err_fused[-3000:])
+    assert fused["first_difference_step"] == {} and fused["idle_steps"] >= 40, fused
     assert {"qpos", "qvel", "qacc_warmstart", "sensordata"}.isdisjoint(same["kinematics_pass_writes"]), same
     done_steps = same["steps"] - same["idle_steps"]
     assert same["idle_steps"] >= 40 and done_steps >= 2 and same["done_rows"] >= 32, same

@@ -56,7 +56,8 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 bitwise equal, except on a step without a done row the arrays the reset's kinematics pass writes
                 for the reset rows' sensors (``WarpLaunches``; derived arrays, which the next step's forward
                 computes again before reading them: every other array stays equal). The run must have steps with
-                and without a done row. ``--reset-never`` leaves the condition unset: the control, which must fail.
+                and without a done row. ``--fused``: both envs with their work around the physics as Warp kernels
+                (``fused_terms``), the fused reset the one that runs or not. ``--reset-never`` leaves the condition unset: the control, which must fail.
                 Also counts each env's Warp kernel launches per step.
   failed-capture  a device env whose step capture fails (the capture replaced by one that moves the draws'
                 generator, as a real capture does to a generator registered with it, then fails) against a twin
@@ -557,8 +558,9 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
 def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
     when_done = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
-                                reset_only_when_done=True)
-    every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True)
+                                reset_only_when_done=True, fused_terms=args.fused)
+    every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
+                            fused_terms=args.fused)
     if args.reset_never:  # negative control: the condition is never set, so no row is ever reset
         sim, when_any = when_done.sim, when_done.sim.when_any
         sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)
@@ -570,6 +572,7 @@ def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
     holds = not compared["first_difference_step"] and compared["idle_steps"] > 0 and compared["done_rows"] > 0
     return {"mode": "reset-when-done", "num_envs": args.num_envs, "steps": args.steps, "device": str(every.device),
             "versions": versions(), "series_sha256": series_sha256(), "reset_never_control": bool(args.reset_never),
+            "fused_terms": bool(args.fused),
             "kinematics_pass_writes": sorted(exempt), **compared,
             "warp_launches_per_step": {"when_done": launches[0], "every_step": launches[1]},
             "equal": not compared["first_difference_step"], "holds": holds}
@@ -796,6 +799,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws-ahead", action="store_true", help="host-reads: the env taking its draws ahead")
     parser.add_argument("--no-restore", action="store_true", help="failed-capture: the negative control")
     parser.add_argument("--reset-never", action="store_true", help="reset-when-done: the negative control")
+    parser.add_argument("--fused", action="store_true", help="reset-when-done: both envs with the fused step")
     parser.add_argument("--perturb-weight", default=None, help="fused-terms: a negative control (a reward term)")
     parser.add_argument("--perturb-gain-cols", action="store_true", help="fused-terms: a negative control")
     args = parser.parse_args(argv)
