@@ -172,16 +172,23 @@ def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Pat
     assert broken.returncode != 0 and "KeyError: 'actor'" in broken.stderr
 
 
-def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
-    """The real device env (unilab 0006) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
-    device, the task's own factory with the run's env override. The run records the form of the env's step it ran
-    (the tree's defaults; no CUDA graph on the CPU)."""
+def _trained_on_mjwarp(ran: tuple[subprocess.CompletedProcess, Path]) -> dict:
+    """A command-line run on the MJWarp device env that trained its 6 iterations and checkpointed at the 5th: its
+    run summary."""
     proc, logs = ran
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     summary = json.loads((logs / "run_summary.json").read_text())
     assert summary["status"] == "completed" and summary["completed_iterations"] == 6
     assert summary["collector"] == "device-resident" and summary["total_env_steps"] == 7 * 16
     assert (logs / "model_5.pt").is_file()
+    return summary
+
+
+def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
+    """The real device env (unilab 0006) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
+    device, the task's own factory with the run's env override. The run records the form of the env's step it ran
+    (the tree's defaults; no CUDA graph on the CPU)."""
+    summary = _trained_on_mjwarp(ran)
     assert summary["runtime_manifest"]["device_env"] == {
         "step_graph": "off", "stream": "none", "sensors": "last_substep", "draws_ahead": "true", "reset": "every_step",
         "terms": "torch"}, summary["runtime_manifest"]
@@ -191,13 +198,7 @@ def test_hydra_cli_trains_on_the_fused_mjwarp_device_env(ran: tuple[subprocess.C
     """The same with the env's work around the physics as Warp kernels and its reset only on a step with a done row
     (unilab 0024, 0022): the switches reach the env through the command line (the run's record of the env's form
     says so, where the default run's says torch and every step), and the run trains and checkpoints."""
-    proc, logs = ran
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    summary = json.loads((logs / "run_summary.json").read_text())
-    assert summary["status"] == "completed" and summary["completed_iterations"] == 6
-    assert summary["collector"] == "device-resident" and summary["total_env_steps"] == 7 * 16
-    assert (logs / "model_5.pt").is_file()
-    form = summary["runtime_manifest"]["device_env"]
+    form = _trained_on_mjwarp(ran)["runtime_manifest"]["device_env"]
     assert (form["terms"], form["reset"], form["draws_ahead"]) == ("fused", "when_done", "true"), form
 
 
