@@ -4,6 +4,8 @@
   builds it (G1 Walk Flat's dimensions from its env), warmed up, timed and profiled; the operations it counts add
   up over their kinds, and the per-update path, the aligned products and the combo kernels are the ones it says it
   ran.
+- ``experiments/evidence/device_env_bench.py --forms`` runs on Warp's CPU device as a smoke run: each form of the
+  device env's step is built as named (the form each env says it ran), stepped in alternating blocks, and timed.
 - ``experiments/evidence/device_env_graph_check.py`` (the env's CUDA graphs) and
   ``experiments/evidence/capture_failure_check.py`` (a failed capture of the learner's graphed inference) refuse a
   machine without CUDA in one line, exit 2.
@@ -29,11 +31,11 @@ def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, 
     return runnable_tree(applied_session[0], tmp_path_factory.mktemp("gpu-tools") / "unilab"), applied_session[1]
 
 
-def _run(tree: tuple[Path, Path], script: str, *args: str) -> subprocess.CompletedProcess:
+def _run(tree: tuple[Path, Path], script: str, *args: str, **extra: str) -> subprocess.CompletedProcess:
     root, overlay = tree
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable",
-               CUDA_VISIBLE_DEVICES="", **ONE_THREAD)
+               CUDA_VISIBLE_DEVICES="", **ONE_THREAD, **extra)
     return subprocess.run([sys.executable, "-W", "ignore", str(EVIDENCE / script), *args], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
 
@@ -52,6 +54,21 @@ def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> 
     assert sum(kind["per_iteration"] for kind in profile["by_kind"].values()) == pytest.approx(
         profile["kernels_per_iteration"]), profile["by_kind"]
     assert profile["largest"] and all(entry["us_per_iteration"] >= 0 for entry in profile["largest"]), profile
+
+
+def test_the_env_form_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "forms.json"
+    proc = _run(tree, "device_env_bench.py", "--forms", "torch", "fused-when-done", "--num-envs", "16", "--steps", "2",
+                "--rounds", "2", "--cpu-smoke", "--output", str(out), UNISIM_MJWARP_ALLOW_CPU="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["study"] == "device-env-forms" and result["cpu_smoke"] is True, result
+    (run,) = result["runs"]
+    forms = run["forms"]
+    assert (forms["torch"]["terms"], forms["torch"]["reset"]) == ("torch", "every_step"), forms
+    assert (forms["fused-when-done"]["terms"], forms["fused-when-done"]["reset"]) == ("fused", "when_done"), forms
+    assert all(len(blocks) == 2 and min(blocks) > 0 for blocks in run["blocks_ms_per_step"].values()), run
+    assert run["ratio_to_first"]["torch"] == 1.0 and run["device"] == "cpu", run
 
 
 def test_the_env_graph_check_refuses_a_machine_without_cuda(tree: tuple[Path, Path]) -> None:

@@ -14,8 +14,13 @@ a report, not a gate; the gate is the CPU trajectory test). ``--profile`` adds, 
 device time goes: the MJWarp substeps alone as one captured graph (the physics floor of a graphed step), and the
 kernels of eager steps under torch's profiler (CUPTI sees Warp's launches too), split into MuJoCo Warp's kernels
 and torch's, with counts and GPU time per step: a graphed step costs about its kernels' time plus a launch gap
-per kernel, so the counts say what fusing the torch terms could save. Writes one JSON with the machine and
-versions.
+per kernel, so the counts say what fusing the torch terms could save. ``--forms`` instead times the device env's
+step alone in the forms named (``FORMS``: its work around the physics in torch or as Warp kernels, the reset on
+every step or only on a step with a done row; draws ahead, the product's default, in all), one beside the other:
+each form's env is built and reset (its step's graph recorded) before the next is built, then blocks of
+``--steps`` graphed steps alternate between the forms for ``--rounds`` rounds with the same seeded actions. With
+``--cpu-smoke`` that runs on Warp's CPU device, eager (no figures: a smoke run, so that a GPU's minutes are not lost
+to a broken script). Writes one JSON with the machine and versions.
 """
 
 from __future__ import annotations
@@ -34,8 +39,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402
-from device_env_check import TASK, make_device_env, versions  # noqa: E402
+from device_env_check import TASK, make_device_env, series_sha256, versions  # noqa: E402
 
+
+
+#: The forms of the device env's step ``--forms`` compares, as factory keywords (beside draws ahead).
+FORMS: dict[str, dict[str, bool]] = {
+    "torch": {}, "fused": {"fused_terms": True}, "torch-when-done": {"reset_only_when_done": True},
+    "fused-when-done": {"fused_terms": True, "reset_only_when_done": True},
+}
 
 
 def device_env(num_envs: int, seed: int, numpy_draws: bool, graph: bool = True) -> Any:
@@ -147,6 +159,50 @@ def time_pair(num_envs: int, steps: int, rounds: int, seed: int) -> dict[str, An
             "device_env_host_sync": sync_error or "none (the step ran under torch's sync debug mode 'error')"}
 
 
+def time_forms(num_envs: int, steps: int, rounds: int, seed: int, forms: list[str]) -> dict[str, Any]:
+    """The device env's step alone in each of ``forms``, side by side (see the module docstring): the wall per step
+    of each block, each form's median, its ratio to the first form's, the done rows it stepped through, and the
+    form each env says it ran (``describe``: its step's graph status and switches).
+
+    Each env makes its own stream Warp's current one, and its capture records Warp's launches there: so each is
+    reset (captured) before the next is built, and none is reset again (its eager reset would launch on the last
+    env's stream); episodes end and restart inside the step's graph.
+    """
+    envs = {}
+    for form in forms:
+        envs[form] = make_device_env(num_envs, seed, (), numpy_draws=False, draws_ahead=True, **FORMS[form])
+        envs[form].reset()
+    first = envs[forms[0]]
+    cuda = first.device.type == "cuda"
+    generator = torch.Generator(device=first.device).manual_seed(seed)
+    actions = torch.rand((steps, num_envs, first.action_dim), generator=generator, device=first.device) * 2 - 1
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    for dev in envs.values():  # warm-up: lazy allocations, kernel loads
+        for t in range(min(steps, 5)):
+            dev.step(actions[t])
+    sync()
+    blocks: dict[str, list[float]] = {form: [] for form in forms}
+    done_rows = {form: torch.zeros((), dtype=torch.int64, device=first.device) for form in forms}
+    for _ in range(rounds):
+        for form, dev in envs.items():
+            t0 = time.perf_counter()
+            for t in range(steps):
+                out = dev.step(actions[t])
+                done_rows[form] += (out.terminated | out.truncated).sum()
+            sync()
+            blocks[form].append((time.perf_counter() - t0) * 1e3 / steps)
+    median = {form: statistics.median(values) for form, values in blocks.items()}
+    return {"num_envs": num_envs, "steps_per_block": steps, "rounds": rounds, "device": str(first.device),
+            "blocks_ms_per_step": blocks, "median_ms_per_step": median,
+            "ratio_to_first": {form: median[form] / median[forms[0]] for form in forms},
+            "done_rows": {form: int(count) for form, count in done_rows.items()},
+            "forms": {form: dev.describe() for form, dev in envs.items()}}
+
+
 def profile_step(num_envs: int, steps: int, seed: int) -> dict[str, Any]:
     """The physics floor and the kernel split of one env step (see the module docstring)."""
     from torch.profiler import ProfilerActivity, profile
@@ -197,15 +253,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parity-steps", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--forms", nargs="+", choices=sorted(FORMS), default=None,
+                        help="time the device env's step alone in these forms, side by side")
+    parser.add_argument("--cpu-smoke", action="store_true", help="--forms on Warp's CPU device (no figures)")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() and not (args.cpu_smoke and args.forms):
         print("device_env_bench: no CUDA device; the device env is timed on a GPU", file=sys.stderr)
         return 1
     result: dict[str, Any] = {
         "study": "device-env-step", "task": TASK, "date": time.strftime("%Y-%m-%d"),
-        "machine": {"gpu": torch.cuda.get_device_name(0), "cpu_count": __import__("os").cpu_count(),
-                    "host": platform.node()}, "versions": versions(), "runs": [], "parity": None}
+        "machine": {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                    "cpu_count": __import__("os").cpu_count(), "host": platform.node()},
+        "versions": versions(), "series_sha256": series_sha256(), "runs": [], "parity": None}
+    if args.forms:
+        result.update(study="device-env-forms", cpu_smoke=bool(args.cpu_smoke))
+        for n in args.num_envs:
+            run = time_forms(n, args.steps, args.rounds, args.seed, args.forms)
+            result["runs"].append(run)
+            print(json.dumps({k: run[k] for k in ("num_envs", "median_ms_per_step", "ratio_to_first", "forms")}),
+                  flush=True)
+            args.output.write_text(json.dumps(result, indent=1) + "\n")
+        return 0
     if args.parity_steps:
         result["parity"] = parity(256, args.parity_steps, args.seed)
         print(json.dumps(result["parity"]), flush=True)
