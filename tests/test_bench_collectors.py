@@ -284,7 +284,8 @@ def test_a_real_device_bench_run_records_collector_host_syncs_and_phases(device_
     assert run["training_config"]["algo_params"] is not None and len(rows_all) == 8 and run["num_samples"] == 5
     trainer = json.loads(Path(run["_summary_file"]).read_text())
     whole = ("collector", "host_syncs_per_iteration", "collector_phases_ms")
-    assert run["run_summary"] == {**{k: trainer[k] for k in whole}, "device_env": trainer["runtime_manifest"]["device_env"]}
+    form = trainer["runtime_manifest"]["device_env"]
+    assert run["run_summary"] == {**{k: trainer[k] for k in whole}, "device_env": form}
     assert run["run_summary"]["device_env"]["step_graph"] == "off"  # Warp's CPU device: no CUDA graph
     # Over all iterations, the hook's rows give the trainer's own whole-run figures.
     assert statistics.fmean(r["host_syncs"] for r in rows_all) == pytest.approx(trainer["host_syncs_per_iteration"])

@@ -57,7 +57,8 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 for the reset rows' sensors (``WarpLaunches``; derived arrays, which the next step's forward
                 computes again before reading them: every other array stays equal). The run must have steps with
                 and without a done row. ``--fused``: both envs with their work around the physics as Warp kernels
-                (``fused_terms``), the fused reset the one that runs or not. ``--reset-never`` leaves the condition unset: the control, which must fail.
+                (``fused_terms``), the fused reset the one that runs or not. ``--reset-never`` leaves the condition
+                unset: the control, which must fail.
                 Also counts each env's Warp kernel launches per step.
   failed-capture  a device env whose step capture fails (the capture replaced by one that moves the draws'
                 generator, as a real capture does to a generator registered with it, then fails) against a twin
@@ -581,7 +582,8 @@ def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
 def fused_tensors(dev: Any) -> dict[str, torch.Tensor]:
     """The env's tensors of ``FUSED_OUTPUTS``, by name."""
     s = dev.state
-    own = {"episode_length": s.episode_length, "gait_phase": s.gait_phase, "command": s.command, "done": dev._done}  # noqa: SLF001
+    own = {"episode_length": s.episode_length, "gait_phase": s.gait_phase, "command": s.command,
+           "done": dev._done}  # noqa: SLF001
     return {name: own[name] if name in own else getattr(dev, name) for name in FUSED_OUTPUTS}
 
 
@@ -603,7 +605,7 @@ def reset_tensors(dev: Any) -> dict[str, torch.Tensor]:
 class FusedComparison:
     """The fused step's outputs against the torch step's, name by name: whether bitwise, the largest differences,
     and the first step outside the tolerance (rewards within ``REWARD_ATOL``, observations within
-    ``FUSED_OBS_RTOL``, the rest bitwise)."""
+    ``FUSED_OBS_RTOL``, the curriculum's float64 state within ``FUSED_CURRICULUM_RTOL``, the rest bitwise)."""
 
     def __init__(self, names: Any = FUSED_OUTPUTS) -> None:
         self.names = list(names)
@@ -746,7 +748,8 @@ def fused_terms(args: argparse.Namespace) -> dict[str, Any]:
     return {"mode": "fused-terms", "num_envs": args.num_envs, "steps": args.steps, "device": str(dev.device),
             "versions": versions(), "series_sha256": series_sha256(), "perturb_weight": args.perturb_weight,
             "perturb_gain_cols": bool(args.perturb_gain_cols), "done_rows": done_rows,
-            "checkpoint_keys_as_torch_step": same_keys, **witness.result(), "reset": witness.reset.result(), "per_step": counts,
+            "checkpoint_keys_as_torch_step": same_keys, **witness.result(), "reset": witness.reset.result(),
+            "per_step": counts,
             "equal": not witness.first_difference_step and not witness.reset.first_difference_step
             and witness.steps == witness.reset.steps == args.steps and same_keys}
 

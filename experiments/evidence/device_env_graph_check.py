@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shared-pool", action="store_true", help="memory: the negative control")
     parser.add_argument("--offset-shifted", action="store_true", help="draws: the negative control")
-    parser.add_argument("--episode-seconds", type=float, default=0.2, help="reset, fused: the episode length (time-outs)")
+    parser.add_argument("--episode-seconds", type=float, default=0.2,
+                        help="reset, fused: the episode length (time-outs)")
     parser.add_argument("--condition-unset", action="store_true", help="reset: a negative control")
     parser.add_argument("--every-step", action="store_true", help="reset: a negative control")
     parser.add_argument("--leave-open", action="store_true",
