@@ -18,6 +18,11 @@ only where the host would build exactly that module; any other is built there as
 creates for a model are keyed on array sizes: the world counts given (the report's 256 and UniLab's 4096 by
 default) are the ones covered.
 
+The device env's own kernels (its fused step, ``training.device_env_terms=fused``) are generated from the task's
+config and the env count once the env is bound, so for them the child builds the device env on Warp's CPU device
+at each world count and resets it; its physics' kernels are then compiled for the CPU, into a cache of their own
+(``cpu_cache``), never into the wheelhouse.
+
 Install (``seed``): each module folder the host's cache lacks is copied in; what the cache holds is never
 overwritten, and a cache of another Warp version is left alone.
 """
@@ -57,12 +62,14 @@ def _child_env(tree: Path, overlay: Path, cache: Path) -> dict[str, str]:
 
 
 def build(dest: Path, tree: Path, overlay: Path, assets_archive: Path, *, worlds: Sequence[int] = WORLDS,
-          archs: Sequence[int] = ARCHS, jobs: int | None = None, only: str | None = None) -> dict[str, Any]:
+          archs: Sequence[int] = ARCHS, jobs: int | None = None, only: str | None = None,
+          cpu_cache: Path | None = None) -> dict[str, Any]:
     """Compile the G1 env's Warp modules into ``dest`` (Warp's cache layout); returns the child's record.
 
     ``tree`` is the applied UniLab tree and ``overlay`` its overlay (``make apply``); the tree is copied, with
     ``assets_archive`` unpacked into its assets, so the checkout stays as the applier left it. ``only``: compile
-    only the modules whose name starts with it (the others are planned, not compiled; for tests).
+    only the modules whose name starts with it (the others are planned, not compiled; for tests). ``cpu_cache``:
+    Warp's cache for the kernels compiled for the CPU while the device env is bound (default: a temporary one).
     """
     jobs = jobs or len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="warp-kernels-") as tmp:
@@ -71,7 +78,8 @@ def build(dest: Path, tree: Path, overlay: Path, assets_archive: Path, *, worlds
         with tarfile.open(assets_archive) as archive:
             archive.extractall(copy / "src" / "unilab" / "assets", filter="data")
         args = [sys.executable, "-m", "offline.warp_kernels", "--worlds", *map(str, worlds),
-                "--archs", *map(str, archs), "--jobs", str(jobs), *(["--only", only] if only else [])]
+                "--archs", *map(str, archs), "--jobs", str(jobs), *(["--only", only] if only else []),
+                "--cpu-cache", str(cpu_cache or Path(tmp) / "cpu-kernels")]
         proc = subprocess.run(args, cwd=copy, env=_child_env(copy, overlay, dest), capture_output=True,
                               text=True, check=False)
     lines = proc.stdout.strip().splitlines()
@@ -90,7 +98,6 @@ def build(dest: Path, tree: Path, overlay: Path, assets_archive: Path, *, worlds
 
 def _record_plan(worlds: Sequence[int]) -> list[tuple[Any, int]]:
     """Every (module, block size) the mjwarp backend would build ahead on CUDA, for each world count."""
-    from hydra import compose, initialize_config_dir
     from unilab.base.env_factory import make_registry_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
     from unisim.backend.mjwarp import backend, kernel_build
@@ -107,19 +114,58 @@ def _record_plan(worlds: Sequence[int]) -> list[tuple[Any, int]]:
             kernel_build._add(plan, module, size)  # noqa: SLF001
         raise _Recorded
 
-    backend.build_ahead = record
-    conf = str(Path("src/unilab/conf/flashsac").resolve())
-    for count in worlds:
-        with initialize_config_dir(config_dir=conf, version_base="1.3"):
-            cfg = compose(config_name="config", overrides=["task=g1_walk_flat/mjwarp", f"algo.num_envs={count}"])
-        override = build_offpolicy_env_cfg_override("flashsac", cfg)
-        try:
-            make_registry_env(str(cfg.training.task_name), str(cfg.training.sim_backend), count,
-                              {**(override or {}), "seed": 0})
-        except _Recorded:
-            continue
-        raise OfflineError(f"the {count}-world env was built without reaching the backend's build ahead")
+    built_ahead, backend.build_ahead = backend.build_ahead, record
+    try:
+        for count in worlds:
+            cfg = _task_cfg(count)
+            override = build_offpolicy_env_cfg_override("flashsac", cfg)
+            try:
+                make_registry_env(str(cfg.training.task_name), str(cfg.training.sim_backend), count,
+                                  {**(override or {}), "seed": 0})
+            except _Recorded:
+                continue
+            raise OfflineError(f"the {count}-world env was built without reaching the backend's build ahead")
+    finally:
+        backend.build_ahead = built_ahead
     return [(module, size) for module, sizes in plan.values() for size in sizes]
+
+
+def _task_cfg(count: int) -> Any:
+    """G1 Walk Flat's training config on ``mjwarp`` at ``count`` worlds, as the trainer composes it."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
+        return compose(config_name="config", overrides=["task=g1_walk_flat/mjwarp", f"algo.num_envs={count}"])
+
+
+def _record_fused_plan(worlds: Sequence[int], cpu_cache: str) -> list[tuple[Any, int]]:
+    """The device env's own kernels (its fused step) at each world count, at the block size a CUDA launch uses.
+
+    The env is built and reset on Warp's CPU device, which binds them; what that compiles for the CPU goes into
+    ``cpu_cache``. The env's draws are taken on the CPU as well: their buffer's layout, and so the offsets the
+    kernels are built with, is that of a CUDA env of the same count.
+    """
+    import torch
+    import warp as wp
+    from unilab.envs.device import make_g1_walk_device_env
+    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
+
+    plan: dict[str, tuple[Any, int]] = {}  # by module identifier: a kernel holding no count is one module
+    wheelhouse, wp.config.kernel_cache_dir = wp.config.kernel_cache_dir, cpu_cache
+    try:
+        for count in worlds:
+            override = build_offpolicy_env_cfg_override("flashsac", _task_cfg(count))
+            env = make_g1_walk_device_env(count, torch.device("cpu"), 0, env_cfg_override=override, fused_terms=True)
+            env.reset()
+            kernels = env.warp_kernels()
+            if not kernels:
+                raise OfflineError(f"the {count}-world device env was bound without its fused step's kernels")
+            for kernel in kernels:
+                size = kernel.module.options["block_dim"]
+                plan.setdefault(kernel.module.get_module_identifier(size), (kernel.module, size))
+    finally:
+        wp.config.kernel_cache_dir = wheelhouse
+    return list(plan.values())
 
 
 def _compile(plan: list[tuple[Any, int]], archs: Sequence[int], jobs: int, only: str | None) -> list[dict]:
@@ -157,11 +203,12 @@ def _child(argv: list[str] | None = None) -> int:
     parser.add_argument("--archs", type=int, nargs="+", required=True)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--only", default=None)
+    parser.add_argument("--cpu-cache", required=True)
     args = parser.parse_args(argv)
     import warp as wp
 
     wp.config.log_level = wp.LOG_WARNING
-    plan = _record_plan(args.worlds)
+    plan = _record_plan(args.worlds) + _record_fused_plan(args.worlds, args.cpu_cache)
     modules = _compile(plan, args.archs, args.jobs, args.only)
     print(json.dumps({"warp_version": wp.config.version, "worlds": args.worlds, "archs": args.archs,
                       "output": "cubin", "modules": modules}))
