@@ -74,7 +74,9 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 then the fused form runs and the two are compared: the rewards within ``REWARD_ATOL``, the
                 observations within ``FUSED_OBS_RTOL``, the curriculum's float64 state within
                 ``FUSED_CURRICULUM_RTOL``, everything else bitwise (for the reset: the env's state, the curriculum,
-                the gains and every MuJoCo Warp data array). Also counts one step of each form: the torch compute
+                the gains and every MuJoCo Warp data array; on CUDA MuJoCo Warp's arrays within ``MJWARP_CUDA_RTOL``,
+                and the torch reset is run twice from each state to show where it differs from itself there,
+                ``torch_run_to_run``). Also counts one step of each form: the torch compute
                 operations inside the body recorded as the step's CUDA graph, and the Warp launches; and the env's
                 checkpoint (``preemption.env_state``) must have the torch step's keys, so that a checkpoint resumes
                 with either form.
@@ -116,6 +118,12 @@ FUSED_OBS_RTOL = 1e-6
 #: compiler may contract its weighted average into a fused multiply-add.
 FUSED_CURRICULUM = ("penalty_scale", "average_length")
 FUSED_CURRICULUM_RTOL = 1e-12
+#: How far, relative to the value's magnitude (at least 1), a MuJoCo Warp data array after the fused reset may be
+#: from the torch reset's on CUDA: both run the same MuJoCo Warp kinematics, whose subtree sums
+#: (``smooth._subtree_com_acc``, then ``cinert``, ``cdof``, ``cvel``, the sensors) add a body's children into it
+#: with ``wp.atomic_add`` in no fixed order on a GPU, so the torch reset run twice from one state differs from
+#: itself there in the last bits (``torch_run_to_run``). On the CPU Warp runs a kernel's threads in order: bitwise.
+MJWARP_CUDA_RTOL = 1e-5
 #: What the step's work between the physics and the reset writes (``G1WalkDeviceEnv._after_physics``): the fused
 #: step must leave each as the torch step does; the rewards within ``REWARD_ATOL``, the observations within
 #: ``FUSED_OBS_RTOL``, the rest bitwise.
@@ -632,6 +640,8 @@ class FusedComparison:
                 ok = float(rel.max()) <= FUSED_OBS_RTOL
             elif name in FUSED_CURRICULUM:
                 ok = float(rel.max()) <= FUSED_CURRICULUM_RTOL
+            elif name.startswith("mjwarp.") and fused.is_cuda:
+                ok = float(rel.max()) <= MJWARP_CUDA_RTOL
         if not ok:
             self.first_difference_step.setdefault(name, self.steps)
 
@@ -639,7 +649,8 @@ class FusedComparison:
         return {"outputs_compared": self.names, "bitwise": self.bitwise, "max_abs_diff": self.max_abs_diff,
                 "max_rel_diff": self.max_rel_diff,
                 "tolerance": {"reward_abs": REWARD_ATOL, "observations_rel": FUSED_OBS_RTOL,
-                              "curriculum_rel": FUSED_CURRICULUM_RTOL, "others": "bitwise"},
+                              "curriculum_rel": FUSED_CURRICULUM_RTOL, "mjwarp_cuda_rel": MJWARP_CUDA_RTOL,
+                              "others": "bitwise"},
                 "first_difference_step": self.first_difference_step, "steps_compared": self.steps}
 
 
@@ -647,7 +658,9 @@ class FusedWitness(FusedComparison):
     """Before each fused launch of ``dev`` (the work after the physics, the reset of the done rows), runs the torch
     form from the same state (the same physics, the same draws), keeps what it wrote, puts the state back, then runs
     the fused form and compares: so the two forms are compared on identical inputs at every step, on any device
-    (eager). ``reset`` holds the reset's comparison (every MuJoCo Warp data array among what it compares)."""
+    (eager). ``reset`` holds the reset's comparison (every MuJoCo Warp data array among what it compares);
+    ``run_to_run`` the torch reset run a second time from the same state against its first run, bitwise: where the
+    two runs of one form differ, nothing in the fused form's code is the cause."""
 
     def __init__(self, dev: Any) -> None:
         super().__init__()
@@ -655,13 +668,26 @@ class FusedWitness(FusedComparison):
         self._after_physics, self._reset = fused.after_physics, fused.reset_done_rows
         dev._fused = self  # noqa: SLF001 - the env calls the witness's two methods in the fused step's place
         self.reset = FusedComparison(reset_tensors(dev))
+        self.run_to_run = FusedComparison(reset_tensors(dev))
 
     @staticmethod
-    def _twice(tensors: dict[str, torch.Tensor], torch_form: Any, fused_form: Any) -> dict[str, torch.Tensor]:
-        """Runs the torch form, keeps what it left, puts the state back, runs the fused form; the torch form's."""
+    def _twice(tensors: dict[str, torch.Tensor], torch_form: Any, fused_form: Any,
+               again: FusedComparison | None = None) -> dict[str, torch.Tensor]:
+        """Runs the torch form, keeps what it left, puts the state back, runs the fused form; the torch form's.
+        With ``again``, the torch form runs a second time from the same state first, compared with its first run."""
         before = {name: t.clone() for name, t in tensors.items()}
         torch_form()
         reference = {name: t.clone() for name, t in tensors.items()}
+        if again is not None:
+            for name, t in tensors.items():
+                t.copy_(before[name])
+            torch_form()
+            for name, t in tensors.items():
+                if not torch.equal(t, reference[name]):
+                    again.bitwise[name] = False
+                    diff = (t.double() - reference[name].double()).abs()
+                    again.max_abs_diff[name] = max(again.max_abs_diff[name], float(diff.max()))
+            again.steps += 1
         for name, t in tensors.items():
             t.copy_(before[name])
         fused_form()
@@ -681,7 +707,7 @@ class FusedWitness(FusedComparison):
         tensors = reset_tensors(dev)
         reference = self._twice(tensors, lambda: dev._reset_rows(dev._done, update_curriculum=True,  # noqa: SLF001
                                                                  drawn=ahead.reset, noise=ahead.reset_noise),
-                                self._reset)
+                                self._reset, again=self.run_to_run)
         for name, t in tensors.items():
             self.reset.compare(name, t, reference[name])
         self.reset.steps += 1
@@ -749,6 +775,8 @@ def fused_terms(args: argparse.Namespace) -> dict[str, Any]:
             "versions": versions(), "series_sha256": series_sha256(), "perturb_weight": args.perturb_weight,
             "perturb_gain_cols": bool(args.perturb_gain_cols), "done_rows": done_rows,
             "checkpoint_keys_as_torch_step": same_keys, **witness.result(), "reset": witness.reset.result(),
+            "torch_run_to_run": {name: witness.run_to_run.max_abs_diff[name]
+                                 for name, same in witness.run_to_run.bitwise.items() if not same},
             "per_step": counts,
             "equal": not witness.first_difference_step and not witness.reset.first_difference_step
             and witness.steps == witness.reset.steps == args.steps and same_keys}

@@ -129,12 +129,14 @@ def fused_terms_table(folder: Path) -> str:
     left bitwise, the largest reward and observation differences, the reset's arrays left bitwise, the verdict
     against the stated tolerances, and per form of the step (torch, fused, fused with the reset only on a step with
     a done row) one step's torch compute operations in the step's graph and Warp kernel launches, one row per
-    record."""
+    record. Where a record has it, the arrays in which the torch reset run twice from one state differed from
+    itself (MuJoCo Warp's atomic subtree sums on CUDA), with the largest difference."""
     records = [(name, data) for name, data in _load(sorted(folder.glob("*.json"))) if data.get("mode") == "fused-terms"]
     rows = ["| record | envs (device) | steps | done rows | after the physics: outputs bitwise | largest reward "
             "difference | largest observation difference (relative) | reset: arrays bitwise | within the tolerances "
             "| torch operations in the step's graph: torch · fused · fused, reset when done | Warp launches: torch · "
-            "fused · fused, reset when done |", "|---" * 11 + "|"]
+            "fused · fused, reset when done | torch reset run twice: arrays not bitwise (largest difference) |",
+            "|---" * 12 + "|"]
     forms = ("torch", "fused", "fused, reset only when done")
     for name, data in records:
         bitwise, reset = data["bitwise"], data["reset"]["bitwise"]
@@ -144,9 +146,27 @@ def fused_terms_table(folder: Path) -> str:
         launches = " · ".join(str(counts[form]["warp_launches"]) for form in forms) if counts else "–"
         verdict = "yes" if data["equal"] else "no, from step " + str(min(
             [*data["first_difference_step"].values(), *data["reset"]["first_difference_step"].values()]))
+        twice = data.get("torch_run_to_run")
+        spread = "–" if twice is None else (f"{len(twice)} ({max(twice.values()):.3g})" if twice else "0")
         rows.append(f"| {name} | {data['num_envs']} ({data['device']}) | {data['steps']} | {data['done_rows']} | "
                     f"{sum(bitwise.values())} of {len(bitwise)} | {data['max_abs_diff']['reward']:.3g} | {obs:.3g} | "
-                    f"{sum(reset.values())} of {len(reset)} | {verdict} | {ops} | {launches} |")
+                    f"{sum(reset.values())} of {len(reset)} | {verdict} | {ops} | {launches} | {spread} |")
+    return "\n".join(rows)
+
+
+def forms_table(folder: Path) -> str:
+    """The device env's step alone in its forms (``device_env_bench.py --forms``): per env count, each form's median
+    milliseconds per step over alternating blocks and its ratio to the first form, one row per record and count."""
+    records = [(name, data) for name, data in _load(sorted(folder.glob("*.json")))
+               if data.get("study") == "device-env-forms"]
+    forms = list(records[0][1]["runs"][0]["median_ms_per_step"]) if records else []
+    rows = ["| record | GPU | envs | " + " | ".join(f"{form} ms (ratio)" for form in forms) + " |",
+            "|---" * (3 + len(forms)) + "|"]
+    for name, data in records:
+        for run in data["runs"]:
+            cells = " | ".join(f"{run['median_ms_per_step'][form]:.2f} ({run['ratio_to_first'][form]:.3f})"
+                               for form in forms)
+            rows.append(f"| {name} | {data['machine']['gpu']} | {run['num_envs']} | {cells} |")
     return "\n".join(rows)
 
 

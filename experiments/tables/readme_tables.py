@@ -10,7 +10,8 @@ seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (benc
 (preemption_report) from the stop / resume / kill matrix's case JSONs, ``kernel-build`` (mjwarp_kernel_build)
 from the env start's Warp build JSONs, ``env-kernels`` (device_env_report) from ``device_env_bench.py --profile`` JSONs,
 ``env-ops``, ``env-sensors``, ``env-draws-ahead`` and ``env-fused-terms`` (device_env_report) from
-``device_env_check.py --mode ops``, ``--mode sensors``, ``--mode draws-ahead`` and ``--mode fused-terms`` JSONs, ``learner-kernels`` (learner_profile_report) from
+``device_env_check.py --mode ops``, ``--mode sensors``, ``--mode draws-ahead`` and ``--mode fused-terms`` JSONs,
+``env-forms`` (device_env_report) from ``device_env_bench.py --forms`` JSONs, ``learner-kernels`` (learner_profile_report) from
 ``learner_kernel_profile.py`` JSONs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
 headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
@@ -66,6 +67,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "env-sensors": device_env_report.sensors_table,
     "env-draws-ahead": device_env_report.draws_ahead_table,
     "env-fused-terms": device_env_report.fused_terms_table,
+    "env-forms": device_env_report.forms_table,
     "learner-kernels": learner_profile_report.table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).

@@ -30,6 +30,7 @@ INDEX = Path("results") / "README.md"
 #: The machine token of a folder name → the machine, in words.
 MACHINES = {
     "h200": "lent NVIDIA H200, 16 CPU cores",
+    "h100": "lent NVIDIA H100 80GB HBM3, 16 CPU cores",
     "h200x2": "lent host with 2 × NVIDIA H200, 32 CPU cores",
     "cpu2": "2-core CPU dev box (shared)",
 }
