@@ -124,12 +124,13 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
 def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: tuple[Path, Path]) -> None:
     """``training.device_env_stream``, ``device_env_sensors``, ``device_env_draws_ahead``, ``device_env_reset`` and
     ``device_env_terms``: the tree's defaults pass the factory nothing (its env takes a stream of its own, computes
-    the sensors in the last substep only, takes its draws ahead, resets on every step and does its terms in torch),
-    ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep``
-    (device-env-sensors-every-substep) for the sensors in every substep, ``false`` (device-env-draws-in-step) for the
-    draws in the step, ``when_done`` (device-env-reset-when-done) for the reset only on a step with a done row and
-    ``fused`` (device-env-fused-terms) for its work around the physics as Warp kernels (each refused with draws in
-    the step), anything else is a one-line error (control: a typo is not taken for the default)."""
+    the sensors in the last substep only, takes its draws ahead, does its work around the physics as Warp kernels
+    and resets only on a step with a done row), ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep``
+    (device-env-sensors-every-substep) for the sensors in every substep, ``torch`` and ``every_step``
+    (device-env-torch-step) for the torch step with the reset on every step, and with them ``false``
+    (device-env-draws-in-step) for the draws in the step; the fused work and the reset when done are each refused
+    with draws in the step, saying what to set; anything else is a one-line error (control: a typo is not taken for
+    the default)."""
     root, overlay = tree
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
 
@@ -147,26 +148,24 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     assert kwargs(*every) == "[('sensors_every_substep', True)]"
     assert kwargs("training.device_env_sensors=last") == (
         "refused: training.device_env_sensors='last': expected 'last_substep' or 'every_substep'")
-    in_step = [o for o in bench_configs.CONFIGS["device-env-draws-in-step"].overrides if "device_env_draws_ahead" in o]
-    assert kwargs(*in_step) == "[('draws_ahead', False)]"
+    torch_step = [o for o in bench_configs.CONFIGS["device-env-torch-step"].overrides if "device_env_" in o]
+    assert kwargs(*torch_step) == "[('fused_terms', False), ('reset_only_when_done', False)]"
+    in_step = [o for o in bench_configs.CONFIGS["device-env-draws-in-step"].overrides if "device_env_" in o]
+    assert kwargs(*in_step) == "[('draws_ahead', False), ('fused_terms', False), ('reset_only_when_done', False)]"
     assert kwargs("training.device_env_draws_ahead=1") == (
         "refused: training.device_env_draws_ahead=1: expected true or false")
-    when_done = [o for o in bench_configs.CONFIGS["device-env-reset-when-done"].overrides if "device_env_reset" in o]
-    assert kwargs(*when_done) == "[('reset_only_when_done', True)]"
     assert kwargs("training.device_env_reset=always") == (
         "refused: training.device_env_reset='always': expected 'every_step' or 'when_done'")
-    assert kwargs("training.device_env_reset=when_done", "training.device_env_draws_ahead=false") == (
+    assert kwargs("training.device_env_terms=torch", "training.device_env_draws_ahead=false") == (
         "refused: training.device_env_reset=when_done needs training.device_env_draws_ahead=true (with draws in the "
-        "step the reset's draws move the generator on every step)")
-    fused = [o for o in bench_configs.CONFIGS["device-env-fused-terms"].overrides if "device_env_terms" in o]
-    assert kwargs(*fused) == "[('fused_terms', True)]"
-    both = [o for o in bench_configs.CONFIGS["device-env-fused-reset-when-done"].overrides if "device_env_" in o]
-    assert kwargs(*both) == "[('fused_terms', True), ('reset_only_when_done', True)]"
+        "step the reset's draws move the generator on every step; set training.device_env_reset=every_step)")
+    assert kwargs("training.device_env_terms=torch") == "[('fused_terms', False)]"
+    assert kwargs("training.device_env_reset=every_step") == "[('reset_only_when_done', False)]"
     assert kwargs("training.device_env_terms=warp") == (
         "refused: training.device_env_terms='warp': expected 'torch' or 'fused'")
-    assert kwargs("training.device_env_terms=fused", "training.device_env_draws_ahead=false") == (
+    assert kwargs("training.device_env_reset=every_step", "training.device_env_draws_ahead=false") == (
         "refused: training.device_env_terms=fused needs training.device_env_draws_ahead=true (the fused step reads "
-        "the draws taken ahead)")
+        "the draws taken ahead; set training.device_env_terms=torch)")
     assert "device-env-warp-stream runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
         "device-env-warp-stream", "mjwarp", "host")
 
@@ -241,7 +240,7 @@ def test_a_run_whose_env_step_stayed_eager_is_marked_in_the_tables() -> None:
     """The device env's form reaches the run JSON from the trainer's runtime manifest, and a configuration whose
     env step's capture failed in some run is marked wherever its label is shown (control: captured, unmarked)."""
     def run(step_graph: str) -> dict:
-        form = {"step_graph": step_graph, "terms": "fused"}
+        form = {"step_graph": step_graph, "terms": "torch"}
         summary = {"collector": "device-resident", "host_syncs_per_iteration": 1.0, "collector_phases_ms": {},
                    "runtime_manifest": {"device_env": form}}
         record = bench_records.collector_record("device", {"collector": "device-resident"}, summary)
@@ -249,10 +248,10 @@ def test_a_run_whose_env_step_stayed_eager_is_marked_in_the_tables() -> None:
         return {"run_summary": record["run_summary"]}
 
     captured, eager = run("captured"), run("eager (capture failed: operation not permitted when stream is capturing)")
-    label = bench_report._label("device-env-fused-terms", [captured, eager])
+    label = bench_report._label("device-env-torch-step", [captured, eager])
     assert label.endswith(" (env step not graphed, its capture failed: 1 of 2 runs)"), label
-    assert bench_report._label("device-env-fused-terms", [captured, captured]) == (
-        bench_configs.CONFIGS["device-env-fused-terms"].label)
+    assert bench_report._label("device-env-torch-step", [captured, captured]) == (
+        bench_configs.CONFIGS["device-env-torch-step"].label)
 
 
 #: The tests of the real CPU bench run of the device collector (MuJoCo Warp on Warp's CPU device, over a minute

@@ -98,10 +98,10 @@ def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
             lambda: _train(tree, where("mjwarp") / "run", "task=g1_walk_flat/mjwarp", *mjwarp,
                            "algo.max_iterations=6", "training.collector=device", UNISIM_MJWARP_ALLOW_CPU="1",
                            MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES=""),
-        "test_hydra_cli_trains_on_the_fused_mjwarp_device_env":
-            lambda: _train(tree, where("mjwarp-fused") / "run", "task=g1_walk_flat/mjwarp", *mjwarp,
-                           "algo.max_iterations=6", "training.collector=device", "training.device_env_terms=fused",
-                           "training.device_env_reset=when_done", UNISIM_MJWARP_ALLOW_CPU="1",
+        "test_hydra_cli_trains_on_the_torch_step_mjwarp_device_env":
+            lambda: _train(tree, where("mjwarp-torch") / "run", "task=g1_walk_flat/mjwarp", *mjwarp,
+                           "algo.max_iterations=6", "training.collector=device", "training.device_env_terms=torch",
+                           "training.device_env_reset=every_step", UNISIM_MJWARP_ALLOW_CPU="1",
                            MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES=""),
         "test_a_task_without_a_device_env_is_refused_in_one_line":
             lambda: _train(tree, where("refused") / "run", *CLI_SETTINGS, "training.collector=device"),
@@ -187,19 +187,20 @@ def _trained_on_mjwarp(ran: tuple[subprocess.CompletedProcess, Path]) -> dict:
 def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
     """The real device env (unilab 0006) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
     device, the task's own factory with the run's env override. The run records the form of the env's step it ran
-    (the tree's defaults; no CUDA graph on the CPU)."""
+    (the tree's defaults: its work around the physics as Warp kernels, its reset only on a step with a done row,
+    unilab 0024, 0022, 0026; no CUDA graph on the CPU)."""
     summary = _trained_on_mjwarp(ran)
     assert summary["runtime_manifest"]["device_env"] == {
-        "step_graph": "off", "stream": "none", "sensors": "last_substep", "draws_ahead": "true", "reset": "every_step",
-        "terms": "torch"}, summary["runtime_manifest"]
+        "step_graph": "off", "stream": "none", "sensors": "last_substep", "draws_ahead": "true", "reset": "when_done",
+        "terms": "fused"}, summary["runtime_manifest"]
 
 
-def test_hydra_cli_trains_on_the_fused_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
-    """The same with the env's work around the physics as Warp kernels and its reset only on a step with a done row
-    (unilab 0024, 0022): the switches reach the env through the command line (the run's record of the env's form
-    says so, where the default run's says torch and every step), and the run trains and checkpoints."""
+def test_hydra_cli_trains_on_the_torch_step_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
+    """The same with the env's work around the physics in torch and its reset on every step (the bench's
+    device-env-torch-step): the switches reach the env through the command line (the run's record of the env's form
+    says so, where the default run's says fused and when done), and the run trains and checkpoints."""
     form = _trained_on_mjwarp(ran)["runtime_manifest"]["device_env"]
-    assert (form["terms"], form["reset"], form["draws_ahead"]) == ("fused", "when_done", "true"), form
+    assert (form["terms"], form["reset"], form["draws_ahead"]) == ("torch", "every_step", "true"), form
 
 
 def test_a_task_without_a_device_env_is_refused_in_one_line(ran: tuple[subprocess.CompletedProcess, Path]) -> None:

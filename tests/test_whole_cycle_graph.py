@@ -82,11 +82,9 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 assert composed.training.device_env_sensors == (
                     "every_substep" if name == "device-env-sensors-every-substep" else "last_substep")
                 assert composed.training.device_env_draws_ahead is (name != "device-env-draws-in-step")
-                assert composed.training.device_env_reset == (
-                    "when_done" if name in ("device-env-reset-when-done", "device-env-fused-reset-when-done")
-                    else "every_step")
-                assert composed.training.device_env_terms == (
-                    "fused" if name in ("device-env-fused-terms", "device-env-fused-reset-when-done") else "torch")
+                torch_step = name in ("device-env-torch-step", "device-env-draws-in-step")
+                assert composed.training.device_env_reset == ("every_step" if torch_step else "when_done")
+                assert composed.training.device_env_terms == ("torch" if torch_step else "fused")
                 assert params.aligned_products is (name == "aligned-products")
                 assert params.combo_kernels is (name == "combo-kernels")
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
@@ -109,9 +107,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "env-step-after-gather": (True, True),  # the default learner; the env step after the batch gather
         "device-env-sensors-every-substep": (True, True),  # the default learner; sensors in every substep
         "device-env-draws-in-step": (True, True),  # the default learner; the env's draws in the step
-        "device-env-reset-when-done": (True, True),  # the default learner; the env's reset when a row is done
-        "device-env-fused-terms": (True, True),  # the default learner; the env's work as Warp kernels
-        "device-env-fused-reset-when-done": (True, True),  # the default learner; both env levers
+        "device-env-torch-step": (True, True),  # the default learner; the env's work in torch, reset every step
         "aligned-products": (True, True),  # the default learner; its products on aligned widths
         "combo-kernels": (True, True),  # the default learner; compiled with Inductor's combo kernels
         "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch

@@ -57,10 +57,8 @@ DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
 DEVICE_ENV_SENSORS_KEY = "training.device_env_sensors"
 #: The patched config's draws of the device env taken a step ahead, beside the step (unilab 0016): true or false.
 DEVICE_ENV_DRAWS_AHEAD_KEY = "training.device_env_draws_ahead"
-#: The patched config's reset of the device env's done rows (unilab 0022): ``every_step`` or ``when_done``.
-DEVICE_ENV_RESET_KEY = "training.device_env_reset"
 #: The patched config's form of the device env's work between the physics and the reset (unilab 0024): ``torch``
-#: or ``fused``.
+#: or ``fused`` (the default since unilab 0026, with its reset only on a step with a done row, unilab 0022).
 DEVICE_ENV_TERMS_KEY = "training.device_env_terms"
 #: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
@@ -192,33 +190,25 @@ CONFIGS: dict[str, BenchConfig] = {
                           "the default computes them in the last substep only, with bitwise the same results: "
                           "compare with patched-default for what the skipped sensor kernels gain"),
         BenchConfig("device-env-draws-in-step", "patched defaults + the device env's draws taken in the step, after "
-                    "the physics", "overlay", (), requires_key=DEVICE_ENV_DRAWS_AHEAD_KEY,
-                    training=(("device_env_draws_ahead", "false"),), collectors=("device",),
+                    "the physics (its work in torch, its reset on every step)", "overlay", (),
+                    requires_key=DEVICE_ENV_DRAWS_AHEAD_KEY,
+                    training=(("device_env_draws_ahead", "false"), ("device_env_terms", "torch"),
+                              ("device_env_reset", "every_step")), collectors=("device",),
                     notes="each env step's random draws, and what follows from them alone (about half of its torch "
                           "work), taken inside the step after the physics, where UniLab's env takes them (the step "
-                          "before unilab 0019); the default takes them beside the step before it, as a CUDA graph of "
-                          "their own on a stream of their own, with bitwise the same step: compare with "
-                          "patched-default for what taking them ahead gains"),
-        BenchConfig("device-env-reset-when-done", "patched defaults + the device env's reset of its done rows "
-                    "only on a step with one", "overlay", (), requires_key=DEVICE_ENV_RESET_KEY,
-                    training=(("device_env_reset", "when_done"),), collectors=("device",),
-                    notes="the reset of the done rows (MuJoCo Warp's masked reset, a kinematics pass, a second "
-                          "observation) runs only on an env step with a done row, as a conditional node of the "
-                          "step's CUDA graph (unilab 0022), with the same outputs; the default runs it on every "
-                          "step: compare with patched-default for what the skipped resets gain"),
-        BenchConfig("device-env-fused-terms", "patched defaults + the device env's work around the physics as "
-                    "Warp kernels", "overlay", (), requires_key=DEVICE_ENV_TERMS_KEY,
-                    training=(("device_env_terms", "fused"),), collectors=("device",),
-                    notes="the env step's terminations, rewards, command, observations and reset of the done rows "
-                          "(about 240 torch operations) as six Warp kernels (unilab 0024), the same values within "
-                          "float32 rounding: compare with patched-default for what the fewer kernels gain"),
-        BenchConfig("device-env-fused-reset-when-done", "patched defaults + the device env's fused work and its "
-                    "reset only on a step with a done row", "overlay", (), requires_key=DEVICE_ENV_TERMS_KEY,
-                    training=(("device_env_terms", "fused"), ("device_env_reset", "when_done")),
+                          "before unilab 0019); the fused work and the reset only when done read the draws taken "
+                          "ahead, so this runs the torch step with the reset on every step: compare with "
+                          "device-env-torch-step for what taking the draws ahead gains"),
+        BenchConfig("device-env-torch-step", "patched defaults + the device env's work around the physics in torch, "
+                    "its reset on every step", "overlay", (), requires_key=DEVICE_ENV_TERMS_KEY,
+                    training=(("device_env_terms", "torch"), ("device_env_reset", "every_step")),
                     collectors=("device",),
-                    notes="both env levers at once (unilab 0022, 0024): on a step without a done row the step's "
-                          "graph then holds the physics, one Warp kernel of the env's and a few torch operations: "
-                          "compare with patched-default and with each lever alone"),
+                    notes="the env step's terminations, rewards, command, observations and reset of the done rows "
+                          "as about 240 torch operations, the reset on every step, also without a done row (the "
+                          "step before unilab 0026); the default does that work as six Warp kernels (unilab 0024) "
+                          "and resets only on a step with a done row, a conditional node of the step's CUDA graph "
+                          "(unilab 0022), with the same values within float32 rounding: compare with "
+                          "patched-default for what both gain"),
         BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
                     "overlay", (("aligned_products", True),), requires_key=ALIGNED_PRODUCTS_KEY,
                     notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "
