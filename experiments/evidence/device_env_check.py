@@ -683,10 +683,7 @@ class FusedWitness(FusedComparison):
                 t.copy_(before[name])
             torch_form()
             for name, t in tensors.items():
-                if not torch.equal(t, reference[name]):
-                    again.bitwise[name] = False
-                    diff = (t.double() - reference[name].double()).abs()
-                    again.max_abs_diff[name] = max(again.max_abs_diff[name], float(diff.max()))
+                again.compare(name, t, reference[name])
             again.steps += 1
         for name, t in tensors.items():
             t.copy_(before[name])
