@@ -15,6 +15,7 @@ import json
 import math
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import torch
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(PROJECT / "experiments" / folder) for folder in ("evidence", "bench")]
-from numerics import config, modes  # noqa: E402
+from numerics import config, modes, probes  # noqa: E402
 from numerics import gates as vn  # noqa: E402
 
 
@@ -280,3 +281,26 @@ def test_latest_gpu_report_writes_only_declared_checks() -> None:
     checks = json.loads(reports[-1].read_text())["checks"]
     assert modes.undeclared_checks(checks) == []
     assert any(name.startswith(("fp32:", "bf16:")) for name in checks)
+
+
+def test_the_sync_audit_counts_event_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit's count (``probes._count_syncs``) takes the warnings of torch's sync debug mode and the event
+    waits, at which that mode does not warn: the metrics read is staged (pinned copy, event wait), and the
+    host-sync gate wants exactly one wait there. Its control is a real GPU report: counted by warnings alone, the
+    staged read gave 0 waits and the gate failed (results/2026-12-05-h100-default-env-parity-learner-levers/checks/).
+    """
+    waits: list[object] = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)  # no CUDA on the test machine
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda self: waits.append(self))
+    plain = torch.cuda.Event.synchronize
+
+    def staged_read() -> None:
+        torch.cuda.Event.synchronize(object())
+
+    def blocking_copy() -> None:
+        warnings.warn("called a synchronizing CUDA operation")
+
+    assert probes._count_syncs(staged_read) == 1 and len(waits) == 1
+    assert probes._count_syncs(blocking_copy) == 1
+    assert probes._count_syncs(lambda: None) == 0
+    assert torch.cuda.Event.synchronize is plain  # the wrapper is gone after the count

@@ -20,9 +20,8 @@ def audit_cycle(
 
     One uncounted cycle runs first, so that what a first call of a schedule does once
     (the whole-cycle graph's capture for a new schedule, a CUDA-graph recording) is
-    not counted. Syncs: ``torch.cuda.set_sync_debug_mode("warn")`` makes every synchronizing CUDA
-    call (blocking copies, ``.item()``, stream syncs) raise a warning; they are counted
-    inside the cycle and, separately, in the end-of-iteration metrics read (the
+    not counted. Syncs (``_count_syncs``): every synchronizing CUDA call and every event wait,
+    counted inside the cycle and, separately, in the end-of-iteration metrics read (the
     baseline reads its metrics inside the cycle, so its read count is zero). Launches:
     CUDA runtime/driver calls recorded by ``torch.profiler`` on the host side, and the
     kernels the device executed.
@@ -65,21 +64,37 @@ def audit_cycle(
 
 
 def _count_syncs(fn: Callable[[], Any]) -> int:
-    """The synchronizing CUDA calls in ``fn``: ``set_sync_debug_mode("warn")`` warns at each."""
+    """The host's waits for the device in ``fn``.
+
+    ``set_sync_debug_mode("warn")`` warns at each synchronizing operation (blocking copies, ``.item()``,
+    stream and device syncs) but not at ``torch.cuda.Event.synchronize``, the wait of a staged read (the
+    metrics copied to pinned memory where the stream stood, read later: ``uni_rl.utils.staged_read``);
+    those waits are counted by wrapping the method for the call.
+    """
     import warnings
 
     import torch
 
+    event_waits = [0]
+    original = torch.cuda.Event.synchronize
+
+    def counting(self: Any) -> Any:
+        event_waits[0] += 1
+        return original(self)
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        torch.cuda.Event.synchronize = counting  # type: ignore[method-assign]
         torch.cuda.set_sync_debug_mode("warn")
         try:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.Event.synchronize = original  # type: ignore[method-assign]
     # Only the per-operation warning counts; the mode's one-time "prototype
     # feature" notice is not a synchronization.
-    return sum("called a synchronizing CUDA operation" in str(item.message) for item in caught)
+    warned = sum("called a synchronizing CUDA operation" in str(item.message) for item in caught)
+    return warned + event_waits[0]
 
 
 def count_cuda_calls(fn: Callable[[], Any]) -> dict[str, Any]:
