@@ -449,7 +449,7 @@ def _swap(run: dict[str, Any]) -> str:
     if "swap_iteration" in record:
         return (f"iteration {record['swap_iteration']}, {_fmt(record.get('swap_after_start_s'), 1)} s after the "
                 f"start ({_fmt(record.get('swap_pause_s'), 1)} s pause)")
-    return f"none: the helper was still compiling at the end (stopped, exit {record.get('helper_exit_code')})"
+    return f"none: the helper was still running at the end (stopped, exit {record.get('helper_exit_code')})"
 
 
 def start_table(runs: Sequence[dict[str, Any]]) -> str:
