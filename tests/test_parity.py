@@ -106,6 +106,29 @@ def test_report_is_trusted_only_when_both_verdicts_are_as_expected() -> None:
     assert "is NOT trusted" in bench_parity.report_markdown(passes_everything)
 
 
+def test_a_further_arm_must_pass_and_pools_with_a_committed_study(tmp_path: Path) -> None:
+    """A further arm (a learner switch before it becomes a default) gets its own verdict; the run passes only when
+    the check is trusted and that arm passed too, and the ``parity`` table pools it with the folder that trained the
+    baseline, the patched defaults and the negative control."""
+    base = _arm("baseline-1.3.2", [0.0, 0.05, -0.05, 0.02, -0.02])
+    same = _arm("patched-default", [0.01, -0.04, 0.04, -0.01, 0.0])
+    weak = _arm(bench_configs.NEGATIVE_CONTROL, [0.0, 0.05, -0.05, 0.02, -0.02], gain=1.0)
+    good = _arm("combo-kernels", [0.02, -0.03, 0.03, 0.0, -0.01])
+    report = bench_parity.parity_report(base + same + weak + good, final_last=100)
+    assert report["check_trusted"] and report["verdicts"]["combo-kernels"]["expected"] and report["passed"]
+    bad = _arm("combo-kernels", [0.0, 0.05, -0.05, 0.02, -0.02], gain=1.0)
+    failing = bench_parity.parity_report(base + same + weak + bad, final_last=100)
+    assert failing["check_trusted"] and not failing["passed"]  # the check is sound; the switch does not learn alike
+    assert "Not every further arm passed" in bench_parity.report_markdown(failing)
+    committed, study = tmp_path / "committed", tmp_path / "study"
+    for folder, runs in ((committed, base + same + weak), (study, bad)):
+        (folder / "runs").mkdir(parents=True)
+        for index, run in enumerate(runs):
+            (folder / "runs" / f"{index:02d}-{run['config']}.json").write_text(json.dumps(run))
+    pooled = bench_parity.table([study, committed])
+    assert "combo-kernels: FAIL" in pooled and "patched-default: PASS" in pooled and "is trusted" in pooled
+
+
 def test_negative_control_is_the_tree_schedule_divided_by_ten(runnable_tree_config: dict) -> None:
     params = runnable_tree_config["algo"]["algo_params"]
     assert dict(bench_configs.TREE_LEARNING_RATES) == {k: params[k] for k, _ in bench_configs.TREE_LEARNING_RATES}

@@ -5,7 +5,10 @@ Arms: the baseline (unpatched unilab-rl 1.3.2 on the pristine UniLab tree, what 
 patched defaults, and the negative control (bench_configs.NEGATIVE_CONTROL: learning rates ÷10), each on the
 same seeds, alternating arm order seed by seed. Every candidate arm is tested for equivalence with the baseline
 (parity_stats: area under the reward curve and final-window mean, a margin fixed in advance). The check is
-trusted only if it passes the patched defaults *and* fails the negative control; the exit status is 0 only then.
+trusted only if it passes the patched defaults *and* fails the negative control. Any further arm (``--arms``, e.g.
+a learner switch before it becomes a default) must pass; the exit status is 0 only when the check is trusted and
+every further arm passed. A study of one further arm reads the baseline, the patched defaults and the negative
+control from a committed study of the same setting, seeds and horizon (the ``parity`` table pools folders).
 The report (summary.md, parity.json, rewards.png) is written from the run JSONs, so ``--report DIR`` rebuilds it
 over runs of several invocations (seeds trained concurrently) copied into one folder.
 """
@@ -80,18 +83,26 @@ def shape_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def parity_report(runs: list[dict], *, final_last: int) -> dict:
-    """Per-arm metrics and, per candidate arm present, its equivalence verdict and the one it should get."""
+    """Per-arm metrics and, per candidate arm present, its equivalence verdict and the one it should get.
+
+    ``check_trusted``: the patched defaults passed and the negative control failed (``EXPECTED``);
+    ``passed``: that, and every further arm passed as well."""
     metrics = parity_stats.arm_metrics(runs, final_last=final_last)
-    verdicts = {arm: {**parity_stats.verdict(metrics[arm], metrics.get(BASELINE, {})), "expected": EXPECTED[arm]}
-                for arm in EXPECTED if arm in metrics}
-    trusted = bool(verdicts) and all(v["passed"] == v["expected"] for v in verdicts.values())
-    return {"metrics": metrics, "verdicts": verdicts, "final_last": final_last,
-            "check_trusted": trusted and set(verdicts) == set(EXPECTED)}
+    verdicts = {arm: {**parity_stats.verdict(metrics[arm], metrics.get(BASELINE, {})),
+                      "expected": EXPECTED.get(arm, True)}
+                for arm in metrics if arm != BASELINE}
+    as_expected = {arm: v["passed"] == v["expected"] for arm, v in verdicts.items()}
+    trusted = set(EXPECTED) <= set(verdicts) and all(as_expected[arm] for arm in EXPECTED)
+    return {"metrics": metrics, "verdicts": verdicts, "final_last": final_last, "check_trusted": trusted,
+            "passed": trusted and all(as_expected.values())}
 
 
-def table(folder: Path) -> str:
-    """The parity table and verdicts of a parity folder's runs (readme_tables kind ``parity``)."""
-    return report_markdown(parity_report(bench_report.load_runs(folder), final_last=FINAL_LAST))
+def table(folders: Path | Sequence[Path]) -> str:
+    """The parity table and verdicts of the runs of a parity folder, or of several pooled (readme_tables kind
+    ``parity``): a study of one further arm beside the committed study that trained the others."""
+    runs = [run for folder in ([folders] if isinstance(folders, Path) else folders)
+            for run in bench_report.load_runs(folder)]
+    return report_markdown(parity_report(runs, final_last=FINAL_LAST))
 
 
 def report_markdown(report: dict) -> str:
@@ -113,6 +124,10 @@ def report_markdown(report: dict) -> str:
                      f"{'PASS' if v['expected'] else 'FAIL'}): {v['reason']}")
     lines.append(f"\n**The check {'is' if report['check_trusted'] else 'is NOT'} trusted** "
                  "(it must pass the patched defaults and fail the negative control).")
+    further = [arm for arm in report["verdicts"] if arm not in EXPECTED]
+    if further:
+        lines.append(f"\n**{'Every further arm passed' if report['passed'] else 'Not every further arm passed'}** "
+                     f"({', '.join(further)}).")
     return "\n".join(lines)
 
 
@@ -158,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not bench_report.load_runs(args.report):
             print(f"{PROG}: error: no run JSON under {args.report}", file=sys.stderr)
             return 1
-        return 0 if write_report(args.report, final_last=args.final_last)["check_trusted"] else 3
+        return 0 if write_report(args.report, final_last=args.final_last)["passed"] else 3
     if args.quick:
         args.seeds, args.final_last = args.seeds[:2], 20
     args.iterations = args.iterations or (60 if args.quick else 3000)
@@ -211,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = write_report(out, final_last=args.final_last, quick=args.quick)
     if failures:
         return 1
-    return 0 if report["check_trusted"] else 3
+    return 0 if report["passed"] else 3
 
 
 if __name__ == "__main__":

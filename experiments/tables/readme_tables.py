@@ -6,7 +6,7 @@ and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput
 ``compile-frames``), of
 ``headline_table`` (``headline``, the front page's) or of ``mjwarp_report`` (``physics`` from run JSONs;
 ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
-seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (bench_parity) or ``ttr`` (time_to_reward) from a folder's run JSONs, ``preemption``
+seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (bench_parity; pooling ``+``-joined folders too) or ``ttr`` (time_to_reward) from a folder's run JSONs, ``preemption``
 (preemption_report) from the stop / resume / kill matrix's case JSONs, ``kernel-build`` (mjwarp_kernel_build)
 from the env start's Warp build JSONs, ``env-kernels`` (device_env_report) from ``device_env_bench.py --profile`` JSONs,
 ``env-ops``, ``env-sensors``, ``env-draws-ahead`` and ``env-fused-terms`` (device_env_report) from
@@ -71,7 +71,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "learner-kernels": learner_profile_report.table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
-POOLED_FOLDER_TABLES = frozenset({"sim-training"})
+POOLED_FOLDER_TABLES = frozenset({"sim-training", "parity"})
 BLOCK = re.compile(r"(<!-- table:(?P<kind>[\w-]+):(?P<folder>[^ ]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 
