@@ -100,9 +100,7 @@ def parity_report(runs: list[dict], *, final_last: int) -> dict:
 def table(folders: Path | Sequence[Path]) -> str:
     """The parity table and verdicts of the runs of a parity folder, or of several pooled (readme_tables kind
     ``parity``): a study of one further arm beside the committed study that trained the others."""
-    runs = [run for folder in ([folders] if isinstance(folders, Path) else folders)
-            for run in bench_report.load_runs(folder)]
-    return report_markdown(parity_report(runs, final_last=FINAL_LAST))
+    return report_markdown(parity_report(bench_report.load_pooled_runs(folders), final_last=FINAL_LAST))
 
 
 def report_markdown(report: dict) -> str:

@@ -53,6 +53,12 @@ def load_runs(folder: Path) -> list[dict[str, Any]]:
     return runs
 
 
+def load_pooled_runs(folders: Path | Sequence[Path]) -> list[dict[str, Any]]:
+    """``load_runs`` of one folder, or of several pooled in order (a study of one arm beside the committed study
+    that trained the others, read in place)."""
+    return [run for folder in ([folders] if isinstance(folders, Path) else folders) for run in load_runs(folder)]
+
+
 def _schedule(run: dict[str, Any]) -> str:
     """The run's column: its schedule, prefixed by its setting unless that is the report's (the default).
 

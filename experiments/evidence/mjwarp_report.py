@@ -132,8 +132,7 @@ def sim_training_table(folders: Path | Sequence[Path], *, final_last: int = 500)
     MuJoCo arm's learning gain). Several folders are pooled: a study of one arm reads the CPU MuJoCo arm from
     the committed study that trained it, rather than a copy.
     """
-    runs = [run for folder in ([folders] if isinstance(folders, Path) else folders)
-            for run in bench_report.load_runs(folder)]
+    runs = bench_report.load_pooled_runs(folders)
     arms = parity_stats.arm_metrics(runs, final_last=final_last, arm_of=sim_arm)
     lines = [f"| physics | seeds | area under curve per env step, per seed | final (last {final_last}), per seed |",
              "|---|---|---|---|"]
