@@ -577,7 +577,7 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
         assert params.use_cuda_graph_critic is False and params.use_cuda_graph_actor is False
         assert params.use_whole_cycle_cuda_graph is True  # the recommended default
         assert params.aligned_products is False  # until measured on a GPU
-        assert params.combo_kernels is False  # until measured on a GPU
+        assert params.combo_kernels is True  # measured on a GPU: numerics gate and learning parity held
         # The four configurations of the original report, from the command line alone:
         # each turns the whole-cycle graph off, as the config's comment says.
         off = "algo.algo_params.use_whole_cycle_cuda_graph=false"

@@ -86,7 +86,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 assert composed.training.device_env_reset == ("every_step" if torch_step else "when_done")
                 assert composed.training.device_env_terms == ("torch" if torch_step else "fused")
                 assert params.aligned_products is (name == "aligned-products")
-                assert params.combo_kernels is (name == "combo-kernels")
+                assert params.combo_kernels is (name != "no-combo-kernels")  # the tree's default since unilab 0027
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
                 tree = dict(bench_configs.TREE_LEARNING_RATES)
                 scale = 0.1 if name == bench_configs.NEGATIVE_CONTROL else 1.0
@@ -109,7 +109,8 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "device-env-draws-in-step": (True, True),  # the default learner; the env's draws in the step
         "device-env-torch-step": (True, True),  # the default learner; the env's work in torch, reset every step
         "aligned-products": (True, True),  # the default learner; its products on aligned widths
-        "combo-kernels": (True, True),  # the default learner; compiled with Inductor's combo kernels
+        "combo-kernels": (True, True),  # the default learner; Inductor's combo kernels set explicitly
+        "no-combo-kernels": (True, True),  # the default learner; compiled without Inductor's combo kernels
         "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch
         "warp-build-ahead": (True, True),  # the default learner; MuJoCo Warp's core kernels built ahead
         bench_configs.NEGATIVE_CONTROL: (True, True),  # the default learner with learning rates ÷10

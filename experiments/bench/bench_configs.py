@@ -218,7 +218,13 @@ CONFIGS: dict[str, BenchConfig] = {
                     "overlay", (("combo_kernels", True),), requires_key=COMBO_KERNELS_KEY,
                     notes="every function the learner compiles with Inductor's combo kernels (uni_rl 0041: "
                           "independent kernels of a graph launched as one; a fused reduction may be tiled "
-                          "otherwise): compare with patched-default for what fewer, larger Triton kernels gain"),
+                          "otherwise), set explicitly: the tree's default since unilab 0027, named for the "
+                          "numerics study's learner switch and the runs made before it was the default"),
+        BenchConfig("no-combo-kernels", "patched defaults without Inductor's combo kernels in the learner",
+                    "overlay", (("combo_kernels", False),), requires_key=COMBO_KERNELS_KEY,
+                    notes="every function the learner compiles without Inductor's combo kernels (the learner "
+                          "before unilab 0027): compare with patched-default for what fewer, larger Triton "
+                          "kernels gain"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),
@@ -275,7 +281,8 @@ NUMERICS_STUDY: dict[str, str | tuple[str, ...]] = {
     "full_objective_compile": "compile",
     "full_objective_compile_manual_graphs": "compile-graphs",
     "whole_cycle_graph": "whole-cycle-graph-inference",
-    # The learner switches off until measured, each on the default whole-iteration graph.
+    # The learner switches the tree's config sets, each on the default whole-iteration graph: aligned products
+    # (off until measured), combo kernels (the tree's default since unilab 0027; the learner's own default is off).
     "whole_cycle_graph_aligned_products": ("whole-cycle-graph-inference", "aligned-products"),
     "whole_cycle_graph_combo_kernels": ("whole-cycle-graph-inference", "combo-kernels"),
 }
