@@ -248,6 +248,25 @@ def test_a_ttr_study_at_unilab_defaults_takes_its_threshold_from_a_committed_unp
         time_to_reward.write_report(study, threshold_run=Path(baseline), threshold_iteration=500)
 
 
+def test_a_ttr_table_names_each_runs_physics_and_collector() -> None:
+    """The defaults study trained the same arms on CPU MuJoCo (host collector) and on MuJoCo Warp (device
+    collector): each row names the physics and collector its run recorded, and the two rows of an arm stay apart.
+    Control: a MuJoCo Warp run relabelled as CPU MuJoCo shows as CPU MuJoCo."""
+    folder = PROJECT / "results" / "2026-12-05-h100-combo-parity-ttr-defaults" / "ttr"
+    threshold, _ = time_to_reward.threshold_of(folder)
+    runs = bench_report.load_runs(folder)
+    rows = time_to_reward.arm_rows(runs, threshold)
+    assert [(r["arm"], r["physics"], r["collector"]) for r in rows] == [
+        ("baseline-1.3.2", "mujoco", "host"),
+        ("patched-default", "mujoco", "host"), ("patched-default", "mjwarp", "device-resident"),
+        ("compile-behind", "mujoco", "host"), ("compile-behind", "mjwarp", "device-resident")]
+    text = time_to_reward.markdown(rows, threshold)
+    assert text.count("| MuJoCo Warp (GPU) · device-resident |") == 2 and text.count("| MuJoCo (CPU) · host |") == 3
+    relabelled = [dict(r, backend="mujoco", collector=None) if r.get("backend") == "mjwarp" else r for r in runs]
+    control = time_to_reward.markdown(time_to_reward.arm_rows(relabelled, threshold), threshold)
+    assert "MuJoCo Warp" not in control and control.count("| MuJoCo (CPU) · host |") == 5
+
+
 def test_sim_training_table_compares_the_physics_of_the_runs(tmp_path: Path) -> None:
     """The sim-training table groups runs by physics (not configuration) and judges MJWarp against MuJoCo."""
     import mjwarp_report

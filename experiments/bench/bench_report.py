@@ -99,6 +99,16 @@ def mps_suffix(run: dict[str, Any]) -> str:
 _COLLECTOR = " @"
 
 
+#: How the tables name a run's physics (its ``backend``).
+PHYSICS_LABELS = {"mujoco": "MuJoCo (CPU)", "mjwarp": "MuJoCo Warp (GPU)"}
+
+
+def physics_label(backend: object) -> str:
+    """The tables' name of a physics backend (runs that name none ran on CPU MuJoCo, the only one then)."""
+    name = str(backend or "mujoco")
+    return PHYSICS_LABELS.get(name, name)
+
+
 def collector_suffix(run: dict[str, Any]) -> str:
     """The row suffix of the collector the run recorded; "" for the host collector and runs that name none."""
     collector = str(run.get("collector") or "host")
@@ -346,7 +356,7 @@ def collector_table(runs: Sequence[dict[str, Any]]) -> str:
         ratio = f"{reference / wm:.2f}×" if reference and first.get("backend") == "mjwarp" else "–"
         lines.append(
             f"| {_label(str(first.get('config')), ok)} | {schedule} | "
-            f"{'MuJoCo Warp (GPU)' if first.get('backend') == 'mjwarp' else 'MuJoCo (CPU)'} | "
+            f"{physics_label(first.get('backend'))} | "
             f"{first.get('collector') or 'host'}{', CUDA MPS' if mps_suffix(first) else ''} | {len(ok)} | {_fmt(wm)} | "
             f"{_fmt(_env_steps_per_s(ok, wm), 0)} | "
             f"{_fmt(_mean(pooled(ok, 'learner_train_ms')))} | {_fmt(fmean(syncs) if syncs else None)} | "

@@ -66,7 +66,7 @@ def physics_table(runs: Sequence[dict[str, Any]]) -> str:
             phases = [bench_report._pooled_phase(group, p) for p in ("physics", "reset", "state_refresh")]  # noqa: SLF001
             ratio = f"{walls['mujoco'] / wall:.2f}×" if sim == "mjwarp" and wall and walls["mujoco"] else ""
             lines.append(
-                f"| {bench_report._label(config, group)} | {schedule} | {'MuJoCo Warp (GPU)' if sim == 'mjwarp' else 'MuJoCo (CPU)'} "  # noqa: SLF001
+                f"| {bench_report._label(config, group)} | {schedule} | {bench_report.physics_label(sim)} "  # noqa: SLF001
                 f"| {len(group)} | {bench_report._fmt(wall)} | {bench_report._fmt(envs * 1000.0 / wall if wall else None, 0)} "  # noqa: SLF001
                 f"| {bench_report._fmt(_mean(group, 'learner_train_ms'))} | "  # noqa: SLF001
                 + " | ".join(bench_report._fmt(p) for p in phases) + f" | {ratio} |"  # noqa: SLF001

@@ -102,14 +102,15 @@ def arm_rows(runs: Sequence[dict[str, Any]], threshold: float) -> list[dict[str,
         # A run that died first (upstream 1.4.0 on a cold compile cache) cost its user that attempt's time too.
         lost_s = sum(a.get("wall_s") or 0.0 for a in run.get("earlier_attempts") or [])
         rows.append({
-            "arm": run["config"], "seed": run["training_config"].get("seed"), "cpus": run.get("cpus_usable"),
+            "arm": run["config"], "physics": run.get("backend") or "mujoco", "collector": run.get("collector") or "host",
+            "seed": run["training_config"].get("seed"), "cpus": run.get("cpus_usable"),
             "iteration": hit and hit["iteration"], "env_steps": hit and hit["iteration"] * steps,
             "minutes": hit and (lost_s + hit["wall_s"]) / 60, "failed_attempts_s": lost_s,
             "run_minutes": run["rows_all"][-1]["wall_s"] / 60,
             "iterations": run.get("iterations"), "startup_s": run["rows_all"][0]["wall_s"],
             "training_minutes": hit and (hit["wall_s"] - run["rows_all"][0]["wall_s"]) / 60,
         })
-    return sorted(rows, key=lambda r: (ARMS.index(r["arm"]), r["seed"] or 0))
+    return sorted(rows, key=lambda r: (ARMS.index(r["arm"]), r["physics"] != "mujoco", r["collector"], r["seed"] or 0))
 
 
 PLATEAU_RULE = f"{100 * THRESHOLD_FRACTION:.0f}% of the baseline's plateau"
@@ -119,15 +120,17 @@ def markdown(rows: Sequence[dict[str, Any]], threshold: float, rule: str = PLATE
     """The time-to-reward table, with each arm's speed-up over the baseline; ``rule``: how the threshold was fixed."""
     base = [r["minutes"] for r in rows if r["arm"] == BASELINE and r["minutes"] is not None]
     lines = [f"Threshold: reward {threshold:.3f} ({rule}), trailing mean over {SMOOTHING} iterations.", "",
-             "| arm | seed | CPUs | reached at iteration | env steps | minutes from launch | × faster than 1.3.2 "
-             "| of which failed attempts (s) | first iteration at (s) | minutes from first iteration | whole run (min) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| arm | physics · collector | seed | CPUs | reached at iteration | env steps | minutes from launch "
+             "| × faster than 1.3.2 | of which failed attempts (s) | first iteration at (s) "
+             "| minutes from first iteration | whole run (min) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         speedup = f"{fmean(base) / r['minutes']:.2f}×" if base and r["minutes"] else "–"
         reached = "never" if r["iteration"] is None else f"{r['iteration']}"
         minutes = "–" if r["minutes"] is None else f"{r['minutes']:.2f}"
         training = "–" if r["training_minutes"] is None else f"{r['training_minutes']:.2f}"
-        lines.append(f"| {CONFIGS[r['arm']].label} | {r['seed']} | {r['cpus'] or '?'} | {reached} | "
+        lines.append(f"| {CONFIGS[r['arm']].label} | {bench_report.physics_label(r['physics'])} · {r['collector']} | "
+                     f"{r['seed']} | {r['cpus'] or '?'} | {reached} | "
                      f"{r['env_steps'] or '–'} | {minutes} | "
                      f"{speedup} | {r['failed_attempts_s']:.0f} | {r['startup_s']:.0f} | {training} | {r['run_minutes']:.2f} |")
     return "\n".join(lines)
@@ -149,7 +152,8 @@ def plot(runs: Sequence[dict[str, Any]], threshold: float, folder: Path) -> None
             steps = env_steps_per_iteration(run)
             xs = [row["step"] * steps if xlabel == "env steps" else row["wall_s"] / 60 for row in rows]
             ax.plot(xs, [row["reward"] for row in rows], lw=1.0,
-                    label=f"{CONFIGS[run['config']].label}, seed {run['training_config'].get('seed')}")
+                    label=f"{CONFIGS[run['config']].label}, {bench_report.physics_label(run.get('backend'))} · "
+                          f"{run.get('collector') or 'host'}, seed {run['training_config'].get('seed')}")
         ax.axhline(threshold, ls="--", color="grey", lw=1.0, label=f"threshold {threshold:.2f}")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("mean episode reward (collector)")
