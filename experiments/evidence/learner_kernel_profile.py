@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                              "kernels launched one by one, as a comparison")
     parser.add_argument("--aligned-products", action="store_true",
                         help="the networks' matrix products on zero-padded aligned widths (uni_rl 0039)")
-    parser.add_argument("--combo-kernels", action="store_true",
-                        help="Inductor's combo kernels in every function the learner compiles (uni_rl 0041)")
+    parser.add_argument("--no-combo-kernels", action="store_true",
+                        help="without Inductor's combo kernels (the tree's default since unilab 0027, uni_rl 0041): "
+                             "the learner as it compiled before, as a comparison")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     from uni_rl.algos.flash_sac.double_buffer import flashsac_learner_kwargs
@@ -145,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         kwargs["use_whole_cycle_cuda_graph"] = False
     if args.aligned_products:
         kwargs["aligned_products"] = True
-    if args.combo_kernels:
-        kwargs["combo_kernels"] = True
+    if args.no_combo_kernels:
+        kwargs["combo_kernels"] = False
     learner = FlashSACLearner(device=str(device), **kwargs)
     updates, frequency = int(cfg.algo.updates_per_step), int(cfg.algo.policy_frequency)
     batch_size = int(cfg.algo.batch_size)
