@@ -18,6 +18,8 @@ runs:
   so the cold start and compile a user waits through are included).
 * Wall clocks compare only between runs that had the same machine: ``device_evidence.sh ttr`` pins each arm to
   its own block of cores, all at once, and the table states the CPUs each run could use.
+* Each row names the physics and collector its run recorded: one study may train an arm on CPU MuJoCo (the parity
+  harness's) and on MuJoCo Warp with the device collector (the tree's default for that physics).
 
 Writes ttr.json, ttr.md and the two plots (reward vs env steps, reward vs wall clock) into the TTR folder.
 
