@@ -261,10 +261,10 @@ def test_a_ttr_table_names_each_runs_physics_and_collector() -> None:
         ("patched-default", "mujoco", "host"), ("patched-default", "mjwarp", "device-resident"),
         ("compile-behind", "mujoco", "host"), ("compile-behind", "mjwarp", "device-resident")]
     text = time_to_reward.markdown(rows, threshold)
-    assert text.count("| MuJoCo Warp (GPU) · device-resident |") == 2 and text.count("| MuJoCo (CPU) · host |") == 3
+    assert text.count("| MuJoCo Warp (GPU) · device-resident |") == 2 and text.count("| CPU MuJoCo · host |") == 3
     relabelled = [dict(r, backend="mujoco", collector=None) if r.get("backend") == "mjwarp" else r for r in runs]
     control = time_to_reward.markdown(time_to_reward.arm_rows(relabelled, threshold), threshold)
-    assert "MuJoCo Warp" not in control and control.count("| MuJoCo (CPU) · host |") == 5
+    assert "MuJoCo Warp" not in control and control.count("| CPU MuJoCo · host |") == 5
 
 
 def test_sim_training_table_compares_the_physics_of_the_runs(tmp_path: Path) -> None:

@@ -99,8 +99,8 @@ def mps_suffix(run: dict[str, Any]) -> str:
 _COLLECTOR = " @"
 
 
-#: How the tables name a run's physics (its ``backend``).
-PHYSICS_LABELS = {"mujoco": "MuJoCo (CPU)", "mjwarp": "MuJoCo Warp (GPU)"}
+#: How the tables name a run's physics (its ``backend``); every table's one source of these names.
+PHYSICS_LABELS = {"mujoco": "CPU MuJoCo", "mjwarp": "MuJoCo Warp (GPU)"}
 
 
 def physics_label(backend: object) -> str:

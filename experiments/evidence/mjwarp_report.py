@@ -111,7 +111,7 @@ def profile_table(folder: Path) -> str:
 
 
 #: Row labels of the sim-training table (its verdict takes the MuJoCo arm as the reference).
-SIM_LABELS = {"mujoco": "CPU MuJoCo", "mjwarp": "MuJoCo Warp (GPU)"}
+SIM_LABELS = bench_report.PHYSICS_LABELS
 #: The arms of a sim-to-sim study: the physics, and for MJWarp the collector (host env or device-resident).
 ARM_LABELS = {**SIM_LABELS, "mjwarp-device": "MuJoCo Warp (GPU), device-resident collector"}
 
