@@ -18,7 +18,9 @@ per kernel, so the counts say what fusing the torch terms could save. ``--forms`
 step alone in the forms named (``FORMS``: its work around the physics in torch or as Warp kernels, the reset on
 every step or only on a step with a done row; draws ahead, the product's default, in all), one beside the other:
 each form's env is built and reset (its step's graph recorded) before the next is built, then blocks of
-``--steps`` graphed steps alternate between the forms for ``--rounds`` rounds with the same seeded actions. With
+``--steps`` graphed steps alternate between the forms for ``--rounds`` rounds with the same seeded actions; with
+``--profile`` also the physics floor and kernel split above, of the first form's env (eager, so its reset runs on
+every profiled step). With
 ``--cpu-smoke`` that runs on Warp's CPU device, eager (no figures: a smoke run, so that a GPU's minutes are not lost
 to a broken script). Writes one JSON with the machine and versions.
 """
@@ -203,11 +205,13 @@ def time_forms(num_envs: int, steps: int, rounds: int, seed: int, forms: list[st
             "forms": {form: dev.describe() for form, dev in envs.items()}}
 
 
-def profile_step(num_envs: int, steps: int, seed: int) -> dict[str, Any]:
-    """The physics floor and the kernel split of one env step (see the module docstring)."""
+def profile_step(num_envs: int, steps: int, seed: int, form: str | None = None) -> dict[str, Any]:
+    """The physics floor and the kernel split of one env step (see the module docstring): of the env the pair
+    comparison builds, or with ``form`` of that form's env (``FORMS``, draws ahead), as ``--forms`` times it."""
     from torch.profiler import ProfilerActivity, profile
 
-    dev = device_env(num_envs, seed, numpy_draws=False, graph=False)
+    dev = (device_env(num_envs, seed, numpy_draws=False, graph=False) if form is None else
+           make_device_env(num_envs, seed, (), numpy_draws=False, graph=False, draws_ahead=True, **FORMS[form]))
     dev.reset()
     actions = torch.rand(steps, num_envs, dev.action_dim, device="cuda") * 2 - 1
     for t in range(3):
@@ -240,7 +244,7 @@ def profile_step(num_envs: int, steps: int, seed: int) -> dict[str, Any]:
         part["kernels_per_step"] += entry["count"] / steps
         part["gpu_ms_per_step"] += entry["us"] / 1e3 / steps
     top = sorted(kernels.items(), key=lambda item: -item[1]["us"])[:25]
-    return {"num_envs": num_envs, "steps": steps, "physics_graph_ms": physics_ms, "eager_step_split": split,
+    return {"num_envs": num_envs, "steps": steps, "form": form, "physics_graph_ms": physics_ms, "eager_step_split": split,
             "top_kernels": [{"name": name[:120], "side": e["side"], "per_step": e["count"] / steps,
                              "gpu_us_per_step": e["us"] / steps} for name, e in top]}
 
@@ -270,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         result.update(study="device-env-forms", cpu_smoke=bool(args.cpu_smoke))
         for n in args.num_envs:
             run = time_forms(n, args.steps, args.rounds, args.seed, args.forms)
+            if args.profile:
+                run["profile"] = profile_step(n, 20, args.seed, form=args.forms[0])
             result["runs"].append(run)
             print(json.dumps({k: run[k] for k in ("num_envs", "median_ms_per_step", "ratio_to_first", "forms")}),
                   flush=True)

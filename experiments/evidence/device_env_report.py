@@ -156,17 +156,24 @@ def fused_terms_table(folder: Path) -> str:
 
 def forms_table(folder: Path) -> str:
     """The device env's step alone in its forms (``device_env_bench.py --forms``): per env count, each form's median
-    milliseconds per step over alternating blocks and its ratio to the first form, one row per record and count."""
+    milliseconds per step over alternating blocks and its ratio to the first form, one row per record and count;
+    with ``--profile`` the MuJoCo Warp substeps alone as one graph (the physics floor) and the first form's eager
+    step's Warp and torch kernels per step ("–" without it)."""
     records = [(name, data) for name, data in _load(sorted(folder.glob("*.json")))
                if data.get("study") == "device-env-forms"]
     forms = list(records[0][1]["runs"][0]["median_ms_per_step"]) if records else []
-    rows = ["| record | GPU | envs | " + " | ".join(f"{form} ms (ratio)" for form in forms) + " |",
-            "|---" * (3 + len(forms)) + "|"]
+    rows = ["| record | GPU | envs | " + " | ".join(f"{form} ms (ratio)" for form in forms)
+            + " | MJWarp substeps alone, one graph (ms) | first form's Warp / torch kernels per step |",
+            "|---" * (5 + len(forms)) + "|"]
     for name, data in records:
         for run in data["runs"]:
             cells = " | ".join(f"{run['median_ms_per_step'][form]:.2f} ({run['ratio_to_first'][form]:.3f})"
                                for form in forms)
-            rows.append(f"| {name} | {data['machine']['gpu']} | {run['num_envs']} | {cells} |")
+            profile = run.get("profile")
+            floor = (f"{profile['physics_graph_ms']:.2f} | {profile['eager_step_split']['warp']['kernels_per_step']:.0f}"
+                     f" / {profile['eager_step_split'].get('torch', {}).get('kernels_per_step', 0):.0f}"
+                     if profile else "– | –")
+            rows.append(f"| {name} | {data['machine']['gpu']} | {run['num_envs']} | {cells} | {floor} |")
     return "\n".join(rows)
 
 
