@@ -576,7 +576,7 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
         assert params.deferred_metrics is True
         assert params.use_cuda_graph_critic is False and params.use_cuda_graph_actor is False
         assert params.use_whole_cycle_cuda_graph is True  # the recommended default
-        assert params.aligned_products is False  # until measured on a GPU
+        assert params.aligned_products is True  # measured on a GPU: numerics gate and learning parity held
         assert params.combo_kernels is True  # measured on a GPU: numerics gate and learning parity held
         # The four configurations of the original report, from the command line alone:
         # each turns the whole-cycle graph off, as the config's comment says.
@@ -752,9 +752,11 @@ def test_full_objective_compile_matches_eager_on_cpu(
 def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_root: Path) -> None:
     """``aligned_products`` (uni_rl 0039): the networks' products on zero-padded aligned widths (the prelude's
     learner has unaligned ones: 12 observations, 4 actions, a critic input of 20, 101 atoms). From the same state,
-    the same batch and the same seed, a critic and an actor update give every parameter and optimizer state within
-    1e-6 of the learner without it (the sums' order may differ), with the same shapes; the switch off is bitwise
-    the learner without it. Control: padding with ones instead of zeros moves them far beyond that."""
+    the same batch and the same seed, a critic and an actor update with every layer padded (the layers' own switch,
+    which pads on any device) give every parameter and optimizer state within 1e-6 of the learner without it (the
+    sums' order may differ), with the same shapes. The learner's switch pads only on CUDA (uni_rl 0043): on this
+    CPU it keeps the requested value, pads no layer, and its update is bitwise the learner without it, as is the
+    switch off. Control: padding with ones instead of zeros moves them far beyond that."""
     result = run_snippet(
         patched_uni_rl_root,
         """
@@ -762,12 +764,15 @@ def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_
         import torch.nn.functional as F
         from uni_rl.algos.flash_sac import layers
 
-        def updated(pad_value=0.0, **switches):
+        def updated(pad_value=0.0, padded=False, **switches):
             shim = types.ModuleType("F")
             shim.__dict__.update(F.__dict__)
             shim.pad = lambda x, pad: F.pad(x, pad, value=pad_value)
             layers.F = shim
             l = learner(**switches)
+            if padded:
+                for net in (l.actor, l.critic, l.target_critic):
+                    layers.use_aligned_products(net, True)
             b = batch(1)
             torch.manual_seed(7)
             l.update_critic(b); l.update_actor(b); l.soft_update_target()
@@ -778,17 +783,27 @@ def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_
             assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)
             return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
 
+        def aligned_layers(l):
+            return sum(getattr(m, "aligned", False) for net in (l.actor, l.critic) for m in net.modules())
+
         plain = updated()
-        aligned_layers = sum(getattr(m, "aligned", False) for m in learner(aligned_products=True).critic.modules())
+        on_cpu = learner(aligned_products=True)
+        forced = learner()
+        for net in (forced.actor, forced.critic):
+            layers.use_aligned_products(net, True)
         print(json.dumps({
             "off_bitwise": same(plain, updated(aligned_products=False), ("",)),
-            "aligned_layers": aligned_layers,
-            "aligned": worst(plain, updated(aligned_products=True)),
-            "ones_control": worst(plain, updated(pad_value=1.0, aligned_products=True)),
+            "switch_on_cpu": {"requested": on_cpu.aligned_products, "aligned_layers": aligned_layers(on_cpu),
+                              "bitwise": same(plain, updated(aligned_products=True), ("",))},
+            "padded_layers": aligned_layers(forced),
+            "aligned": worst(plain, updated(padded=True)),
+            "ones_control": worst(plain, updated(pad_value=1.0, padded=True)),
         }))
         """,
     )
-    assert result["off_bitwise"] and result["aligned_layers"] == 6
+    assert result["off_bitwise"], result
+    assert result["switch_on_cpu"] == {"requested": True, "aligned_layers": 0, "bitwise": True}, result
+    assert result["padded_layers"] == 14, result
     assert result["aligned"] <= 1e-6, result
     assert result["ones_control"] > 1e-3, result
 

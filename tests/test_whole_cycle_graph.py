@@ -85,7 +85,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 torch_step = name in ("device-env-torch-step", "device-env-draws-in-step")
                 assert composed.training.device_env_reset == ("every_step" if torch_step else "when_done")
                 assert composed.training.device_env_terms == ("torch" if torch_step else "fused")
-                assert params.aligned_products is (name == "aligned-products")
+                assert params.aligned_products is (name != "no-aligned-products")  # the default since unilab 0028
                 assert params.combo_kernels is (name != "no-combo-kernels")  # the tree's default since unilab 0027
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
                 tree = dict(bench_configs.TREE_LEARNING_RATES)
@@ -108,7 +108,8 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "device-env-sensors-every-substep": (True, True),  # the default learner; sensors in every substep
         "device-env-draws-in-step": (True, True),  # the default learner; the env's draws in the step
         "device-env-torch-step": (True, True),  # the default learner; the env's work in torch, reset every step
-        "aligned-products": (True, True),  # the default learner; its products on aligned widths
+        "aligned-products": (True, True),  # the default learner; its products on aligned widths set explicitly
+        "no-aligned-products": (True, True),  # the default learner; its products on their own widths
         "combo-kernels": (True, True),  # the default learner; Inductor's combo kernels set explicitly
         "no-combo-kernels": (True, True),  # the default learner; compiled without Inductor's combo kernels
         "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch

@@ -212,8 +212,13 @@ CONFIGS: dict[str, BenchConfig] = {
         BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
                     "overlay", (("aligned_products", True),), requires_key=ALIGNED_PRODUCTS_KEY,
                     notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "
-                          "of 8 (uni_rl 0039: the same math, sums in another order): compare with patched-default "
-                          "for what cuBLAS's aligned kernels gain"),
+                          "of 8 (uni_rl 0039: the same math, sums in another order), set explicitly: the tree's "
+                          "default since unilab 0028, named for the numerics study's learner switch and the runs "
+                          "made before it was the default"),
+        BenchConfig("no-aligned-products", "patched defaults without the networks' matrix products on aligned widths",
+                    "overlay", (("aligned_products", False),), requires_key=ALIGNED_PRODUCTS_KEY,
+                    notes="the actor's and critics' products on their own widths (the learner before unilab "
+                          "0028): compare with patched-default for what cuBLAS's aligned kernels gain"),
         BenchConfig("combo-kernels", "patched defaults + Inductor's combo kernels in the learner",
                     "overlay", (("combo_kernels", True),), requires_key=COMBO_KERNELS_KEY,
                     notes="every function the learner compiles with Inductor's combo kernels (uni_rl 0041: "
@@ -282,7 +287,7 @@ NUMERICS_STUDY: dict[str, str | tuple[str, ...]] = {
     "full_objective_compile_manual_graphs": "compile-graphs",
     "whole_cycle_graph": "whole-cycle-graph-inference",
     # The learner switches the tree's config sets, each on the default whole-iteration graph: aligned products
-    # (off until measured), combo kernels (the tree's default since unilab 0027; the learner's own default is off).
+    # (the tree's default since unilab 0028) and combo kernels (since unilab 0027); the learner's own defaults are off.
     "whole_cycle_graph_aligned_products": ("whole-cycle-graph-inference", "aligned-products"),
     "whole_cycle_graph_combo_kernels": ("whole-cycle-graph-inference", "combo-kernels"),
 }

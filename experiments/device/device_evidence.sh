@@ -63,8 +63,9 @@
 #   learner-profile  the learner's kernels per iteration by kind and the largest
 #           (experiments/evidence/learner_kernel_profile.py) from the tree root, one after another on GPU 0: each
 #           setting of LP_SETTINGS (unilab-default report; the report's at 2/1/1) on the whole-iteration graph,
-#           on it with the products on aligned widths (--aligned-products), without Inductor's combo kernels
-#           (--no-combo-kernels: the learner before unilab 0027), then on the per-update path. JSONs in $work/learner-profile/.
+#           on it with the products on their own widths (--no-aligned-products: the learner before unilab 0028),
+#           without Inductor's combo kernels (--no-combo-kernels: the learner before unilab 0027), then on the
+#           per-update path. JSONs in $work/learner-profile/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -293,7 +294,7 @@ for mode in "$@"; do
         export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
         for setting in '"${LP_SETTINGS:-unilab-default report}"'; do
           schedule=; [ "$setting" = report ] && schedule="--updates-per-step 2"  # the report at 2/1/1
-          for path in "" "--aligned-products" "--no-combo-kernels" "--per-update"; do
+          for path in "" "--no-aligned-products" "--no-combo-kernels" "--per-update"; do
             python3 "'"$PWD"'/experiments/evidence/learner_kernel_profile.py" --setting "$setting" $schedule $path \
               --output "'"$work"'/learner-profile/$setting${path:+-${path#--}}.json" >/dev/null
             echo "$setting $path: exit $?"

@@ -127,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-update", action="store_true",
                         help="the per-update path (compiled objectives, no whole-iteration graph): each update's "
                              "kernels launched one by one, as a comparison")
-    parser.add_argument("--aligned-products", action="store_true",
-                        help="the networks' matrix products on zero-padded aligned widths (uni_rl 0039)")
+    parser.add_argument("--no-aligned-products", action="store_true",
+                        help="the networks' matrix products on their own widths, not padded to aligned ones (the "
+                             "tree's default since unilab 0028, uni_rl 0039): the learner as it was, as a comparison")
     parser.add_argument("--no-combo-kernels", action="store_true",
                         help="without Inductor's combo kernels (the tree's default since unilab 0027, uni_rl 0041): "
                              "the learner as it compiled before, as a comparison")
@@ -144,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = flashsac_learner_kwargs(cfg, **dims)
     if args.per_update:
         kwargs["use_whole_cycle_cuda_graph"] = False
-    if args.aligned_products:
-        kwargs["aligned_products"] = True
+    if args.no_aligned_products:
+        kwargs["aligned_products"] = False
     if args.no_combo_kernels:
         kwargs["combo_kernels"] = False
     learner = FlashSACLearner(device=str(device), **kwargs)
