@@ -244,7 +244,8 @@ def profile_step(num_envs: int, steps: int, seed: int, form: str | None = None) 
         part["kernels_per_step"] += entry["count"] / steps
         part["gpu_ms_per_step"] += entry["us"] / 1e3 / steps
     top = sorted(kernels.items(), key=lambda item: -item[1]["us"])[:25]
-    return {"num_envs": num_envs, "steps": steps, "form": form, "physics_graph_ms": physics_ms, "eager_step_split": split,
+    return {"num_envs": num_envs, "steps": steps, "form": form, "physics_graph_ms": physics_ms,
+            "eager_step_split": split,
             "top_kernels": [{"name": name[:120], "side": e["side"], "per_step": e["count"] / steps,
                              "gpu_us_per_step": e["us"] / steps} for name, e in top]}
 

@@ -170,9 +170,9 @@ def forms_table(folder: Path) -> str:
             cells = " | ".join(f"{run['median_ms_per_step'][form]:.2f} ({run['ratio_to_first'][form]:.3f})"
                                for form in forms)
             profile = run.get("profile")
-            floor = (f"{profile['physics_graph_ms']:.2f} | {profile['eager_step_split']['warp']['kernels_per_step']:.0f}"
-                     f" / {profile['eager_step_split'].get('torch', {}).get('kernels_per_step', 0):.0f}"
-                     if profile else "– | –")
+            split = profile["eager_step_split"] if profile else {}
+            floor = (f"{profile['physics_graph_ms']:.2f} | {split['warp']['kernels_per_step']:.0f} / "
+                     f"{split.get('torch', {}).get('kernels_per_step', 0):.0f}" if profile else "– | –")
             rows.append(f"| {name} | {data['machine']['gpu']} | {run['num_envs']} | {cells} | {floor} |")
     return "\n".join(rows)
 
