@@ -20,7 +20,8 @@ import pytest
 from conftest import PROJECT
 from snippets import run_snippet
 
-SWITCHES = ("compile_full_objectives", "finite_guard", "deferred_metrics", "aligned_products", "combo_kernels")
+SWITCHES = ("compile_full_objectives", "finite_guard", "deferred_metrics", "aligned_products", "combo_kernels",
+            "coordinate_descent_tuning")
 
 def test_series_patches_the_learner_files(
     pristine_uni_rl_root: Path, patched_uni_rl_root: Path
@@ -578,6 +579,7 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
         assert params.use_whole_cycle_cuda_graph is True  # the recommended default
         assert params.aligned_products is True  # measured on a GPU: numerics gate and learning parity held
         assert params.combo_kernels is True  # measured on a GPU: numerics gate and learning parity held
+        assert params.coordinate_descent_tuning is False  # until measured on a GPU
         # The four configurations of the original report, from the command line alone:
         # each turns the whole-cycle graph off, as the config's comment says.
         off = "algo.algo_params.use_whole_cycle_cuda_graph=false"
@@ -808,15 +810,18 @@ def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_
     assert result["ones_control"] > 1e-3, result
 
 
-def test_combo_kernels_reach_every_function_the_learner_compiles(patched_uni_rl_root: Path) -> None:
-    """``combo_kernels`` (uni_rl 0041) adds Inductor's ``combo_kernels`` option to every function the learner
-    compiles, and changes nothing else of the compile: the learner's CUDA-only compile gate is lifted with a
-    compile that records its arguments and compiles nothing. Control: the switch off passes the same calls
-    without the option."""
+@pytest.mark.parametrize("switch", ["combo_kernels", "coordinate_descent_tuning"])
+def test_inductor_switches_reach_every_function_the_learner_compiles(patched_uni_rl_root: Path, switch: str) -> None:
+    """``combo_kernels`` (uni_rl 0041) and ``coordinate_descent_tuning`` (uni_rl 0044) each add the Inductor option
+    of their name to every function the learner compiles, and change nothing else of the compile: the learner's
+    CUDA-only compile gate is lifted with a compile that records its arguments and compiles nothing. Control: the
+    switch off passes the same calls without the option."""
     result = run_snippet(
         patched_uni_rl_root,
         """
         import uni_rl.algos.flash_sac.learner as learner_module
+
+        SWITCH = %r
 
         def compiles(**switches):
             calls = []
@@ -827,18 +832,18 @@ def test_combo_kernels_reach_every_function_the_learner_compiles(patched_uni_rl_
             learner(use_compile=True, compile_full_objectives=True, finite_guard=True, **switches)
             return calls
 
-        on, off = compiles(combo_kernels=True), compiles()
+        on, off = compiles(**{SWITCH: True}), compiles()
         print(json.dumps({
             "functions": [name for name, _ in on],
             "same_functions": [name for name, _ in on] == [name for name, _ in off],
-            "on_all_combo": all(kw.get("options", {}).get("combo_kernels") is True for _, kw in on),
-            "off_none_combo": all("combo_kernels" not in kw.get("options", {}) for _, kw in off),
+            "on_all": all(kw.get("options", {}).get(SWITCH) is True for _, kw in on),
+            "off_none": all(SWITCH not in kw.get("options", {}) for _, kw in off),
             "rest_unchanged": all(
-                {**kw_on, "options": {k: v for k, v in kw_on["options"].items() if k != "combo_kernels"}} == kw_off
+                {**kw_on, "options": {k: v for k, v in kw_on["options"].items() if k != SWITCH}} == kw_off
                 for (_, kw_on), (_, kw_off) in zip(on, off)),
         }))
-        """,
+        """ % switch,
     )
     assert len(result["functions"]) >= 8 and result["same_functions"], result
     assert {"_critic_objective_eager", "_actor_objective_eager", "_guarded_polyak_eager"} <= set(result["functions"])
-    assert result["on_all_combo"] and result["off_none_combo"] and result["rest_unchanged"], result
+    assert result["on_all"] and result["off_none"] and result["rest_unchanged"], result

@@ -44,6 +44,8 @@ INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
 ALIGNED_PRODUCTS_KEY = f"{ALGO_PARAMS}.aligned_products"
 #: The patched config's Inductor combo kernels in the learner's compiled functions (uni_rl 0041, unilab 0023).
 COMBO_KERNELS_KEY = f"{ALGO_PARAMS}.combo_kernels"
+#: The patched config's Inductor coordinate-descent tuning of the learner's Triton kernels (uni_rl 0044, unilab 0029).
+COORDINATE_DESCENT_TUNING_KEY = f"{ALGO_PARAMS}.coordinate_descent_tuning"
 #: The patched config's single-rank CPU split (unilab patch 0002): CPUs kept for the learner.
 LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
 #: The patched config's choice of who steps the env (unilab patch 0007): ``host`` or ``device``.
@@ -230,6 +232,13 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="every function the learner compiles without Inductor's combo kernels (the learner "
                           "before unilab 0027): compare with patched-default for what fewer, larger Triton "
                           "kernels gain"),
+        BenchConfig("coordinate-descent-tuning", "patched defaults + Inductor's coordinate-descent tuning in the "
+                    "learner", "overlay", (("coordinate_descent_tuning", True),),
+                    requires_key=COORDINATE_DESCENT_TUNING_KEY,
+                    notes="every function the learner compiles with Inductor's coordinate-descent tuning of its "
+                          "Triton kernels' block sizes and warps (uni_rl 0044: a reduction's tiling may change; "
+                          "the compile takes longer): compare with patched-default for what tuned Triton kernels "
+                          "gain"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),
@@ -287,9 +296,11 @@ NUMERICS_STUDY: dict[str, str | tuple[str, ...]] = {
     "full_objective_compile_manual_graphs": "compile-graphs",
     "whole_cycle_graph": "whole-cycle-graph-inference",
     # The learner switches the tree's config sets, each on the default whole-iteration graph: aligned products
-    # (the tree's default since unilab 0028) and combo kernels (since unilab 0027); the learner's own defaults are off.
+    # (the tree's default since unilab 0028), combo kernels (since unilab 0027) and coordinate-descent tuning (off
+    # until measured); the learner's own defaults are off.
     "whole_cycle_graph_aligned_products": ("whole-cycle-graph-inference", "aligned-products"),
     "whole_cycle_graph_combo_kernels": ("whole-cycle-graph-inference", "combo-kernels"),
+    "whole_cycle_graph_coordinate_descent_tuning": ("whole-cycle-graph-inference", "coordinate-descent-tuning"),
 }
 #: The replay-stability study's graph paths (validate_replay_stability.py --paths; keys of its report).
 REPLAY_STUDY: dict[str, str] = {

@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-combo-kernels", action="store_true",
                         help="without Inductor's combo kernels (the tree's default since unilab 0027, uni_rl 0041): "
                              "the learner as it compiled before, as a comparison")
+    parser.add_argument("--coordinate-descent-tuning", action="store_true",
+                        help="with Inductor's coordinate-descent tuning of the Triton kernels (uni_rl 0044, off in "
+                             "the tree until measured)")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     from uni_rl.algos.flash_sac.double_buffer import flashsac_learner_kwargs
@@ -149,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         kwargs["aligned_products"] = False
     if args.no_combo_kernels:
         kwargs["combo_kernels"] = False
+    if args.coordinate_descent_tuning:
+        kwargs["coordinate_descent_tuning"] = True
     learner = FlashSACLearner(device=str(device), **kwargs)
     updates, frequency = int(cfg.algo.updates_per_step), int(cfg.algo.policy_frequency)
     batch_size = int(cfg.algo.batch_size)
@@ -177,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
               "whole_iteration_graph": bool(getattr(learner, "use_whole_cycle_cuda_graph", False)),
               "aligned_products": bool(getattr(learner, "aligned_products", False)),
               "combo_kernels": bool(getattr(learner, "combo_kernels", False)),
+              "coordinate_descent_tuning": bool(getattr(learner, "coordinate_descent_tuning", False)),
               "warm_up_s": round(warm_up_s, 2), "iterations": args.iterations,
               "iteration_ms_median": round(timed_ms[len(timed_ms) // 2], 3),
               "profiled_iterations": args.profiled,
