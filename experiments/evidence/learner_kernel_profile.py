@@ -38,6 +38,19 @@ from device_env_check import series_sha256, versions  # noqa: E402
 from learner_study import random_batch, runner_schedule, update_iteration, warm_up  # noqa: E402
 
 TASK = "g1_walk_flat/mujoco"
+#: The learner switches a flag sets against the tree's config, as a comparison: flag → (the learner's keyword, the
+#: value the flag gives it, its help). The JSON records each keyword as the learner holds it.
+SWITCH_FLAGS: dict[str, tuple[str, bool, str]] = {
+    "--no-aligned-products": ("aligned_products", False,
+                              "the networks' matrix products on their own widths, not padded to aligned ones (the "
+                              "tree's default since unilab 0028, uni_rl 0039): the learner as it was"),
+    "--no-combo-kernels": ("combo_kernels", False,
+                           "without Inductor's combo kernels (the tree's default since unilab 0027, uni_rl 0041): "
+                           "the learner as it compiled before"),
+    "--coordinate-descent-tuning": ("coordinate_descent_tuning", True,
+                                    "with Inductor's coordinate-descent tuning of the Triton kernels (uni_rl 0044, "
+                                    "off in the tree until measured)"),
+}
 #: Kernel kinds by name, first match wins: what each kind is made of, and so what would shorten it.
 KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("matrix products (cuBLAS/CUTLASS)", re.compile(r"gemm|cutlass|sm\d+_xmma|cublas|nvjet|splitK", re.I)),
@@ -127,15 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-update", action="store_true",
                         help="the per-update path (compiled objectives, no whole-iteration graph): each update's "
                              "kernels launched one by one, as a comparison")
-    parser.add_argument("--no-aligned-products", action="store_true",
-                        help="the networks' matrix products on their own widths, not padded to aligned ones (the "
-                             "tree's default since unilab 0028, uni_rl 0039): the learner as it was, as a comparison")
-    parser.add_argument("--no-combo-kernels", action="store_true",
-                        help="without Inductor's combo kernels (the tree's default since unilab 0027, uni_rl 0041): "
-                             "the learner as it compiled before, as a comparison")
-    parser.add_argument("--coordinate-descent-tuning", action="store_true",
-                        help="with Inductor's coordinate-descent tuning of the Triton kernels (uni_rl 0044, off in "
-                             "the tree until measured)")
+    for flag, (_, _, text) in SWITCH_FLAGS.items():
+        parser.add_argument(flag, action="store_true", help=text)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     from uni_rl.algos.flash_sac.double_buffer import flashsac_learner_kwargs
@@ -148,12 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = flashsac_learner_kwargs(cfg, **dims)
     if args.per_update:
         kwargs["use_whole_cycle_cuda_graph"] = False
-    if args.no_aligned_products:
-        kwargs["aligned_products"] = False
-    if args.no_combo_kernels:
-        kwargs["combo_kernels"] = False
-    if args.coordinate_descent_tuning:
-        kwargs["coordinate_descent_tuning"] = True
+    for flag, (keyword, value, _) in SWITCH_FLAGS.items():
+        if getattr(args, flag[2:].replace("-", "_")):
+            kwargs[keyword] = value
     learner = FlashSACLearner(device=str(device), **kwargs)
     updates, frequency = int(cfg.algo.updates_per_step), int(cfg.algo.policy_frequency)
     batch_size = int(cfg.algo.batch_size)
@@ -180,9 +183,7 @@ def main(argv: list[str] | None = None) -> int:
               "batch_size": batch_size, "dims": dims, "device": str(device),
               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "whole_iteration_graph": bool(getattr(learner, "use_whole_cycle_cuda_graph", False)),
-              "aligned_products": bool(getattr(learner, "aligned_products", False)),
-              "combo_kernels": bool(getattr(learner, "combo_kernels", False)),
-              "coordinate_descent_tuning": bool(getattr(learner, "coordinate_descent_tuning", False)),
+              **{keyword: bool(getattr(learner, keyword, False)) for keyword, _, _ in SWITCH_FLAGS.values()},
               "warm_up_s": round(warm_up_s, 2), "iterations": args.iterations,
               "iteration_ms_median": round(timed_ms[len(timed_ms) // 2], 3),
               "profiled_iterations": args.profiled,
