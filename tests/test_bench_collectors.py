@@ -122,10 +122,11 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
 
 
 def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: tuple[Path, Path]) -> None:
-    """``training.device_env_stream``, ``device_env_sensors``, ``device_env_draws_ahead``, ``device_env_reset`` and
-    ``device_env_terms``: the tree's defaults pass the factory nothing (its env takes a stream of its own, computes
-    the sensors in the last substep only, takes its draws ahead, does its work around the physics as Warp kernels
-    and resets only on a step with a done row), ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep``
+    """``training.device_env_stream``, ``device_env_sensors``, ``device_env_draws_ahead``, ``device_env_reset``,
+    ``device_env_terms`` and ``device_env_step_split``: the tree's defaults pass the factory nothing (its env takes a
+    stream of its own, computes the sensors in the last substep only, takes its draws ahead, does its work around the
+    physics as Warp kernels, resets only on a step with a done row and stamps its parts), ``false``
+    (device-env-no-step-split) leaves the stamps out, ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep``
     (device-env-sensors-every-substep) for the sensors in every substep, ``torch`` and ``every_step``
     (device-env-torch-step) for the torch step with the reset on every step, and with them ``false``
     (device-env-draws-in-step) for the draws in the step; the fused work and the reset when done are each refused
@@ -163,6 +164,10 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     assert kwargs("training.device_env_reset=every_step") == "[('reset_only_when_done', False)]"
     assert kwargs("training.device_env_terms=warp") == (
         "refused: training.device_env_terms='warp': expected 'torch' or 'fused'")
+    no_split = [o for o in bench_configs.CONFIGS["device-env-no-step-split"].overrides if "device_env_" in o]
+    assert kwargs(*no_split) == "[('step_split', False)]"
+    assert kwargs("training.device_env_step_split=no") == (
+        "refused: training.device_env_step_split='no': expected true or false")
     assert kwargs("training.device_env_reset=every_step", "training.device_env_draws_ahead=false") == (
         "refused: training.device_env_terms=fused needs training.device_env_draws_ahead=true (the fused step reads "
         "the draws taken ahead; set training.device_env_terms=torch)")
@@ -295,8 +300,11 @@ def test_a_real_device_bench_run_records_collector_host_syncs_and_phases(device_
     window = run["rows"]
     assert run["host_syncs_per_iteration"] == pytest.approx(statistics.fmean(r["host_syncs"] for r in window))
     assert [r["host_syncs"] for r in rows_all] == [1] * 8 and run["host_syncs_per_iteration"] == 1.0
+    # The env step by parts comes with them (the env's stamps); no env step beside the learner on the CPU.
     phases = set(run["collector_phases_ms"])
-    assert phases == set(bench_stats.DEVICE_COLLECTOR_PHASES) == set(trainer["collector_phases_ms"])
+    assert phases == set(bench_stats.DEVICE_COLLECTOR_PHASES) == set(trainer["collector_phases_ms"]) | {
+        "env_step_beside_learner"}
+    assert run["collector_phases_ms"].pop("env_step_beside_learner") is None
     assert all(v is not None and v >= 0.0 for v in run["collector_phases_ms"].values())
     assert run["collector_phases_ms"]["learner"] == pytest.approx(run["learner_train_ms"]["mean_ms"])
     collection = ("action_sampling_ms", "env_step_ms", "replay_write_ms", "episode_stats_ms")

@@ -101,7 +101,8 @@ def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
         "test_hydra_cli_trains_on_the_torch_step_mjwarp_device_env":
             lambda: _train(tree, where("mjwarp-torch") / "run", "task=g1_walk_flat/mjwarp", *mjwarp,
                            "algo.max_iterations=6", "training.collector=device", "training.device_env_terms=torch",
-                           "training.device_env_reset=every_step", UNISIM_MJWARP_ALLOW_CPU="1",
+                           "training.device_env_reset=every_step", "training.device_env_step_split=false",
+                           UNISIM_MJWARP_ALLOW_CPU="1",
                            MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES=""),
         "test_a_task_without_a_device_env_is_refused_in_one_line":
             lambda: _train(tree, where("refused") / "run", *CLI_SETTINGS, "training.collector=device"),
@@ -172,6 +173,33 @@ def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Pat
     assert broken.returncode != 0 and "KeyError: 'actor'" in broken.stderr
 
 
+OVERLAP = """
+import json, time
+import torch
+from uni_rl.offpolicy.iteration_clock import IterationClock, overlap_ms
+clock = IterationClock(torch.device("cpu"))
+clock.start(); time.sleep(0.01); clock.lap("env_step"); time.sleep(0.02); clock.lap("learner")
+laps = clock.take()
+begin, end = laps.span("learner")
+print(json.dumps({"learner_ms": (end - begin) * 1000.0, "missing": laps.span("replay_write"),
+                  "touching": overlap_ms(laps.start, laps.span("learner"), laps.span("env_step")),
+                  "cases": [overlap_ms(0.0, (0.0, 0.002), (0.001, 0.005)), overlap_ms(0.0, (0.0, 0.001), (0.002, 0.003)),
+                            overlap_ms(0.0, (0.001, 0.004), (0.0, 0.010)), overlap_ms(0.5, (1.0, 1.5), (1.25, 2.0))]}))
+"""
+
+
+def test_the_overlap_of_two_spans_is_their_time_at_once(tree: tuple[Path, Path]) -> None:
+    """The runner's ``env_step_beside_learner``: the time two spans of marks ran at once (on CUDA two streams'
+    events, placed by their time after the iteration's first mark; the same arithmetic on the host clock here):
+    partly overlapping, apart, one inside the other, after a later reference; an iteration's consecutive laps only
+    touch."""
+    proc = _run(tree, "-c", OVERLAP)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["learner_ms"] >= 20.0 and found["missing"] is None and found["touching"] == 0.0, found
+    assert found["cases"] == pytest.approx([1.0, 0.0, 3.0, 250.0]), found
+
+
 def _trained_on_mjwarp(ran: tuple[subprocess.CompletedProcess, Path]) -> dict:
     """A command-line run on the MJWarp device env that trained its 6 iterations and checkpointed at the 5th: its
     run summary."""
@@ -192,15 +220,26 @@ def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.Complet
     summary = _trained_on_mjwarp(ran)
     assert summary["runtime_manifest"]["device_env"] == {
         "step_graph": "off", "stream": "none", "sensors": "last_substep", "draws_ahead": "true", "reset": "when_done",
-        "terms": "fused"}, summary["runtime_manifest"]
+        "terms": "fused", "step_split": "stamped"}, summary["runtime_manifest"]
+    # The env step by parts, from the env's timestamps (per step; ``env_step`` is per iteration, and the first
+    # iteration steps three times): the physics leads, and the parts fit in the step. No env step beside the
+    # learner on the CPU, so no overlap.
+    phases = summary["collector_phases_ms"]
+    assert set(phases) == PHASES | {"env_physics", "env_terms", "env_reset"}, phases
+    assert phases["env_physics"] > phases["env_terms"] > 0.0 and phases["env_physics"] > phases["env_reset"] > 0.0
+    assert phases["env_physics"] + phases["env_terms"] + phases["env_reset"] <= phases["env_step"], phases
 
 
 def test_hydra_cli_trains_on_the_torch_step_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
-    """The same with the env's work around the physics in torch and its reset on every step (the bench's
-    device-env-torch-step): the switches reach the env through the command line (the run's record of the env's form
-    says so, where the default run's says fused and when done), and the run trains and checkpoints."""
-    form = _trained_on_mjwarp(ran)["runtime_manifest"]["device_env"]
-    assert (form["terms"], form["reset"], form["draws_ahead"]) == ("torch", "every_step", "true"), form
+    """The same with the env's work around the physics in torch, its reset on every step (the bench's
+    device-env-torch-step) and no timestamps of its parts: the switches reach the env through the command line (the
+    run's record of the env's form says so, where the default run's says fused, when done and stamped; no split of
+    the env step is recorded), and the run trains and checkpoints."""
+    summary = _trained_on_mjwarp(ran)
+    form = summary["runtime_manifest"]["device_env"]
+    assert (form["terms"], form["reset"], form["draws_ahead"], form["step_split"]) == (
+        "torch", "every_step", "true", "off"), form
+    assert set(summary["collector_phases_ms"]) == PHASES, summary["collector_phases_ms"]
 
 
 def test_a_task_without_a_device_env_is_refused_in_one_line(ran: tuple[subprocess.CompletedProcess, Path]) -> None:

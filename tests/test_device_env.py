@@ -43,6 +43,13 @@ test asserts on its own.
    too (the kernels' constants are in their cache keys). Controls: the fused kernel built with one reward weight
    scaled by 1.001 differs at the first step; the reset's gains written to the actuators in reverse order differ at
    the first time-out.
+12. The step's timestamps of its parts (``step_stamps``: the collector's split of the env step into the physics,
+   the terms and the reset) put each part's time where it is spent: 50 ms added to one part of every step (the
+   physics' substeps, the fused work after them, the reset's conditional) grows that part by at least 80 % of it
+   and moves the others by less than 30 %, and every read of the ring (a copy, as the collector reads it) sees
+   exactly the steps since the last one as the ring goes round. The stamp kernel's CUDA side (its read of the
+   device clock) builds as an sm_90 cubin with Warp's compiler. Control: the physics' stamp taken before the
+   physics moves the physics' time into the terms.
 """
 
 from __future__ import annotations
@@ -89,6 +96,7 @@ AHEAD_CONTROL = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "2")
 FAILED = ("--mode", "failed-capture", "--num-envs", "16", "--episode-seconds", "0.5")
 RESET = ("--mode", "reset-when-done", "--num-envs", "16", "--episode-seconds", "0.5")
 FUSED = ("--mode", "fused-terms", "--num-envs", "16", "--episode-seconds", "0.5")
+SPLIT = ("--mode", "step-split", "--num-envs", "16", "--steps", "4", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "200"),
@@ -123,6 +131,7 @@ SEQUENCES = {
                                                           (*FUSED, "--steps", "3", "--num-envs", "32"),
                                                           (*FUSED, "--steps", "3", "--perturb-weight", "alive"),
                                                           (*FUSED, "--steps", "26", "--perturb-gain-cols")),
+    "test_the_step_split_puts_each_parts_time_where_it_is_spent": (SPLIT, (*SPLIT, "--misplaced-stamp")),
 }
 
 
@@ -332,3 +341,18 @@ def test_the_fused_step_leaves_the_torch_steps_values(checks: SideBySide, reques
     assert weight["first_difference_step"] == {"reward": 0} and weight["max_abs_diff"]["reward"] > 1e-4, weight
     assert rc_gains == 1 and not gains["equal"] and gains["first_difference_step"] == {}, (gains, err_gains[-3000:])
     assert gains["reset"]["first_difference_step"] == {"gainprm": 24, "biasprm": 24}, gains["reset"]
+
+
+def test_the_step_split_puts_each_parts_time_where_it_is_spent(checks: SideBySide, request: pytest.FixtureRequest) -> None:
+    (rc, split, err), (rc_control, control, err_control) = checks.result(request)
+    assert rc == 0 and split["holds"], (split, err[-3000:])
+    assert split["parts"] == ["env_physics", "env_terms", "env_reset"] and split["steps_read"] == [4, 4, 4, 4], split
+    assert split["form"]["step_split"] == "stamped" and split["form"]["terms"] == "fused", split["form"]
+    for part, grown in split["grew_ms"].items():
+        assert grown[part] >= 0.8 * split["delay_ms"], (part, grown)
+        assert all(abs(value) < 0.3 * split["delay_ms"] for other, value in grown.items() if other != part), grown
+    assert split["cuda_build"] == {"module": "unilab.envs.device.step_stamps", "arch": 90, "cubin": True,
+                                   "reads_globaltimer": True}, split["cuda_build"]
+    # Control: the physics' stamp before the physics: the physics' delay lands in the terms.
+    assert rc_control == 1 and not control["holds"], (control, err_control[-3000:])
+    assert control["grew_ms"]["env_physics"]["env_terms"] >= 0.8 * control["delay_ms"], control["grew_ms"]

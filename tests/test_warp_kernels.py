@@ -15,7 +15,7 @@
    world count, other kernels at another count (but the one counting the done rows: the others hold the count or
    the draws' offsets, which are the count's, as constants), and its step kernel
    compiled ahead lands as cubin like MuJoCo Warp's. The env is bound on the CPU for it; what that compiles for the
-   CPU goes into Warp's own cache, not into the wheelhouse.
+   CPU goes into Warp's own cache, not into the wheelhouse. So is the env step's timestamp kernel, once.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ SCRATCH_BROADPHASE = "wp__nxn_broadphase__locals__kernel_cad8873c_cad8873"
 FUSED = ("_step_kernel", "_count_kernel", "_curriculum_kernel", "_reset_first_kernel", "_reset_state_kernel",
          "_reset_observe_kernel")
 FUSED_STEP = FUSED[0]
+#: The env step's timestamp kernel's module (unilab 0030).
+STAMPS = "unilab.envs.device.step_stamps"
 
 
 def h200_modules() -> set[str]:
@@ -107,6 +109,14 @@ def test_the_fused_steps_kernels_are_planned_at_each_env_count(planned: dict[int
     compiled = [entry for entry in record["modules"] if "files" in entry]
     assert [entry["id"] for entry in compiled] == [at_4096[0]["id"]]
     assert_lands_where_warp_looks(record, dest, compiled)
+
+
+def test_the_step_stamps_kernel_is_planned_once(planned: dict[int, tuple[dict, Path]]) -> None:
+    """The env step's timestamp kernel (unilab 0030, on by default) is built ahead too: one module, the same at
+    every world count (it holds no count)."""
+    ids = [[entry["id"] for entry in planned[worlds][0]["modules"] if entry["module"] == STAMPS]
+           for worlds in (256, 4096)]
+    assert len(ids[0]) == 1 and ids[0] == ids[1], ids
 
 
 def test_seed_adds_what_the_cache_lacks_and_keeps_what_it_holds(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ DEVICE_ENV_DRAWS_AHEAD_KEY = "training.device_env_draws_ahead"
 #: The patched config's form of the device env's work between the physics and the reset (unilab 0024): ``torch``
 #: or ``fused`` (the default since unilab 0026, with its reset only on a step with a done row, unilab 0022).
 DEVICE_ENV_TERMS_KEY = "training.device_env_terms"
+DEVICE_ENV_STEP_SPLIT_KEY = "training.device_env_step_split"
 #: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
 #: The patched config's start of the device env step beside the learner (unilab patch 0013): after the action, or
@@ -211,6 +212,12 @@ CONFIGS: dict[str, BenchConfig] = {
                           "and resets only on a step with a done row, a conditional node of the step's CUDA graph "
                           "(unilab 0022), with the same values within float32 rounding: compare with "
                           "patched-default for what both gain"),
+        BenchConfig("device-env-no-step-split", "patched defaults without the device env's timestamps of its "
+                    "step's parts", "overlay", (), requires_key=DEVICE_ENV_STEP_SPLIT_KEY,
+                    training=(("device_env_step_split", "false"),), collectors=("device",),
+                    notes="no one-thread stamp kernels in the env step (four per step, unilab 0030), so no split of "
+                          "the env step into physics, terms and reset in the run JSON: compare with patched-default "
+                          "for what the stamps cost"),
         BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
                     "overlay", (("aligned_products", True),), requires_key=ALIGNED_PRODUCTS_KEY,
                     notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "

@@ -339,7 +339,8 @@ def collector_table(runs: Sequence[dict[str, Any]]) -> str:
         wall = pooled(ok, "wall_per_iter_ms")
         if wall and ok and ok[0].get("backend") == "mjwarp" and not collector_suffix(ok[0]):
             host_mjwarp[(str(ok[0].get("config")) + mps_suffix(ok[0]), schedule)] = float(wall["mean_ms"])
-    phases = [p for p in bench_stats.DEVICE_COLLECTOR_PHASES if p != "learner"]
+    phases = [p for p in bench_stats.DEVICE_COLLECTOR_PHASES
+              if p != "learner" and p not in bench_stats.DEVICE_ENV_STEP_SPLIT]
     lines = [
         "| configuration | setting · schedule | physics | collector | runs | wall mean | env steps/s | learner "
         "| host syncs / iteration | " + " | ".join(p.replace("_", " ") for p in phases) + " | × host MJWarp |",
@@ -361,6 +362,39 @@ def collector_table(runs: Sequence[dict[str, Any]]) -> str:
             f"{_fmt(_env_steps_per_s(ok, wm), 0)} | "
             f"{_fmt(_mean(pooled(ok, 'learner_train_ms')))} | {_fmt(fmean(syncs) if syncs else None)} | "
             + " | ".join(_fmt(_pooled_phase(ok, p)) for p in phases) + f" | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def env_step_split_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Markdown table: the device-resident collector's env step by parts, one row per configuration × setting whose
+    runs recorded them (the env's timestamps of its step's parts; means over the summary window).
+
+    *physics*, *terms* and *reset* are per env step, timed on the device inside the step's CUDA graph; *env step*
+    is the collector's per iteration (one env step per iteration once training runs), and what it holds besides
+    the three parts is the step's launch, its wait for the draws taken beside the step before, and the action's
+    copy in. *beside the learner* is how long the env step on its side stream ran while the learner's graph ran
+    (of the shorter of the two, *overlap share*).
+    """
+    groups = group_runs(runs)
+    lines = [
+        "| configuration | setting · schedule | runs | wall mean | env step | physics | terms | reset | learner "
+        "| env step beside the learner | overlap share |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (key, schedule) in sorted(groups, key=_table_order):
+        ok = [r for r in groups[(key, schedule)] if _ok(r) and _pooled_phase([r], "env_physics") is not None]
+        wall = pooled(ok, "wall_per_iter_ms")
+        if wall is None:
+            continue
+        env_step, physics, terms, reset, learner, beside = (_pooled_phase(ok, p) for p in (
+            "env_step", "env_physics", "env_terms", "env_reset", "learner", "env_step_beside_learner"))
+        shorter = min(env_step, learner) if env_step is not None and learner is not None else None
+        share = f"{beside / shorter:.2f}" if beside is not None and shorter else "–"
+        lines.append(
+            f"| {_label(str(ok[0].get('config')), ok)} | {schedule} | {len(ok)} | {_fmt(float(wall['mean_ms']))} | "
+            f"{_fmt(env_step)} | {_fmt(physics)} | {_fmt(terms)} | {_fmt(reset)} | {_fmt(learner)} | "
+            f"{_fmt(beside)} | {share} |"
         )
     return "\n".join(lines)
 
@@ -610,6 +644,7 @@ def write_summary(runs: Sequence[dict[str, Any]], path: Path, *, title: str, not
         f"{notes}\n\n## What users feel: wall per iteration and env steps/s\n\n{throughput_table(runs)}\n\n"
         f"## Timings\n\n{summary_table(runs)}\n\n"
         f"## Collectors side by side (host syncs, the device-resident collector's split)\n\n{collector_table(runs)}\n\n"
+        f"## The device env step by parts\n\n{env_step_split_table(runs)}\n\n"
         f"## Learner vs collector pace (means over the same window)\n\n{pace_table(runs)}\n\n"
         f"## Compile / capture warm-up (not in the table above)\n\n{warmup_table(runs)}\n\n"
         f"## Environment\n\n{environment_section(runs)}\n\n## Failures\n\n{failures_section(runs)}\n"

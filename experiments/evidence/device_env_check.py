@@ -84,6 +84,16 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 weight scaled by 1.001; ``--perturb-gain-cols`` with the reset's gains written to the actuators in
                 reverse order.
 
+  step-split    the env's timestamps of its step's parts (``step_stamps``, the collector's split of the env step:
+                physics, terms, reset) put each part's time where it is spent: a device env with the product's
+                form steps ``--steps`` steps per block, a block as it is, then one block each with
+                ``STEP_SPLIT_DELAY_MS`` added to one part (the physics' substeps, the fused work after them, the
+                reset's conditional); after each block the parts are read from a copy of the env's ring of
+                timestamps as the collector reads them. Each delayed part must grow by at least 80 % of the delay
+                and the others change by less than 30 % of it, and every read must see exactly the block's steps
+                (the ring goes round). ``--misplaced-stamp`` takes the physics' stamp before the physics: the control,
+                which must fail.
+
 Prints one JSON; exit 0 when the check holds (``equal``; for draws-ahead ``holds``: equal, and no draw in the step's
 graph), 1 when it does not, 2 when the device env refuses the task.
 """
@@ -97,6 +107,7 @@ import json
 import math
 import platform
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -127,6 +138,9 @@ MJWARP_CUDA_RTOL = 1e-5
 #: What the step's work between the physics and the reset writes (``G1WalkDeviceEnv._after_physics``): the fused
 #: step must leave each as the torch step does; the rewards within ``REWARD_ATOL``, the observations within
 #: ``FUSED_OBS_RTOL``, the rest bitwise.
+#: What ``--mode step-split`` adds to one part of every step (milliseconds): far above a step part's noise on the CPU
+#: (the physics of 16 G1 worlds on Warp's CPU device: about 40 ms, a few ms apart from step to step).
+STEP_SPLIT_DELAY_MS = 50.0
 FUSED_OUTPUTS = ("steps", "episode_length", "terminated", "truncated", "done", "gait_phase", "reward", "time_left",
                  "command", "is_standing", "policy_obs", "critic_obs", "final_policy_obs", "final_critic_obs")
 
@@ -804,10 +818,81 @@ def failed_capture(args: argparse.Namespace) -> dict[str, Any]:
             "equal": not compared["first_difference_step"]}
 
 
+def _delayed(function: Any, seconds: float) -> Any:
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        result = function(*args, **kwargs)
+        time.sleep(seconds)
+        return result
+
+    return slow
+
+
+def step_split(args: argparse.Namespace) -> dict[str, Any]:
+    dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
+                          numpy_draws=False, draws_ahead=True, reset_only_when_done=True, fused_terms=True)
+    dev.reset()
+    stamps = dev.step_stamps
+    # Where each part's delay goes: the physics' substeps, the fused work after them, the reset's conditional.
+    where = {"env_physics": (dev.sim, "step"), "env_terms": (dev._fused, "after_physics"),  # noqa: SLF001
+             "env_reset": (dev.sim, "when_any")}
+    if args.misplaced_stamp:  # the control: the physics' stamp taken before the physics, not after it
+        after, physics = stamps.after, type(dev.sim).step
+        stamps.after = lambda part: None if part == "env_physics" else after(part)
+
+        def stamped_first(sim: Any, *a: Any, **k: Any) -> Any:
+            after("env_physics")
+            return physics(sim, *a, **k)
+
+        type(dev.sim).step = stamped_first
+    actions = seeded_actions(dev, args.steps * (len(where) + 1))
+    blocks: dict[str, dict[str, float]] = {}
+    reads: list[int] = []
+    last, t = 0, 0
+    for block in ("none", *where):
+        owner, name = where.get(block, (None, None))
+        if owner is not None:  # on the class: the fused step's methods are read-only on its instances
+            original = getattr(type(owner), name)
+            setattr(type(owner), name, _delayed(original, STEP_SPLIT_DELAY_MS / 1000.0))
+        for _ in range(args.steps):
+            dev.step(actions[t])
+            t += 1
+        if owner is not None:
+            setattr(type(owner), name, original)
+        split, through = stamps.split_ms(stamps.ring.tolist(), last)
+        reads.append(through - last)
+        blocks[block], last = split, through
+    base = blocks["none"]
+    grew = {block: {part: blocks[block][part] - base[part] for part in base} for block in where}
+    cuda = cuda_build(type(stamps).__module__)
+    holds = cuda["cubin"] and cuda["reads_globaltimer"] and all(reads_ == args.steps for reads_ in reads) and all(
+        (grown[part] >= 0.8 * STEP_SPLIT_DELAY_MS) if part == block else (abs(grown[part]) < 0.3 * STEP_SPLIT_DELAY_MS)
+        for block, grown in grew.items() for part in grown)
+    return {"mode": "step-split", "num_envs": args.num_envs, "steps_per_block": args.steps,
+            "device": str(dev.device), "form": dev.describe(), "delay_ms": STEP_SPLIT_DELAY_MS,
+            "misplaced_stamp_control": bool(args.misplaced_stamp), "parts": list(base), "steps_read": reads,
+            "split_ms": blocks, "grew_ms": grew, "cuda_build": cuda, "holds": holds, "equal": holds}
+
+
+def cuda_build(module: str) -> dict[str, Any]:
+    """The Warp module ``module`` built for an H100/H200 (sm_90 cubin) by Warp's own compiler, no GPU needed: the
+    CUDA side of a kernel that only a GPU runs (the step stamps' read of the device clock)."""
+    import importlib
+    import tempfile
+
+    import warp as wp
+
+    importlib.import_module(module)  # its kernels are Warp's once the Python module has run
+    with tempfile.TemporaryDirectory() as folder:
+        wp.compile_aot_module(module, arch=90, module_dir=folder, use_ptx=False)
+        cubins = [path.read_bytes()[:4] == b"\x7fELF" for path in Path(folder).glob("*.sm90.cubin")]
+        source = "".join(path.read_text() for path in Path(folder).glob("*.cu"))
+    return {"module": module, "arch": 90, "cubin": cubins == [True], "reads_globaltimer": "%%globaltimer" in source}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops", "sensors", "draws-ahead",
-                                           "reset-when-done", "failed-capture", "fused-terms"),
+                                           "reset-when-done", "failed-capture", "fused-terms", "step-split"),
                         required=True)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
@@ -830,11 +915,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fused", action="store_true", help="reset-when-done: both envs with the fused step")
     parser.add_argument("--perturb-weight", default=None, help="fused-terms: a negative control (a reward term)")
     parser.add_argument("--perturb-gain-cols", action="store_true", help="fused-terms: a negative control")
+    parser.add_argument("--misplaced-stamp", action="store_true", help="step-split: the negative control")
     args = parser.parse_args(argv)
     try:
         result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops,
                   "sensors": sensors, "draws-ahead": draws_ahead, "reset-when-done": reset_when_done,
-                  "failed-capture": failed_capture, "fused-terms": fused_terms}[args.mode](args)
+                  "failed-capture": failed_capture, "fused-terms": fused_terms,
+                  "step-split": step_split}[args.mode](args)
     except ValueError as exc:  # a task the device env refuses: its one-line reason
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2

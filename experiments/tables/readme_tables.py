@@ -46,6 +46,7 @@ TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
     "timings": bench_report.summary_table,
     "pace": bench_report.pace_table,
     "collectors": bench_report.collector_table,
+    "env-step-split": bench_report.env_step_split_table,
     "start": bench_report.start_table,
     "start-phases": bench_report.start_phases_table,
     "compile-frames": bench_report.compile_frames_table,
