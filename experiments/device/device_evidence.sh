@@ -56,7 +56,8 @@
 #           (--shared-pool), the draws taken ahead and their control (--offset-shifted), the reset's conditional
 #           node and its controls (--condition-unset, --every-step), a failed capture and its control
 #           (--leave-open), the fused step in the replayed graph (also with the reset only when done) and its
-#           control (--perturb-weight alive); then
+#           control (--perturb-weight alive), the step's timestamps of its parts in the replayed graph and their
+#           control (--misplaced-stamp); then
 #           the fused step against the torch step on the GPU, eager (experiments/evidence/device_env_check.py
 #           --mode fused-terms), and a failed capture of the learner's graphed inference and its control
 #           (experiments/evidence/capture_failure_check.py [--leave-open]). JSONs in $work/env-graph/.
@@ -276,7 +277,7 @@ for mode in "$@"; do
         export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
         for run in "memory" "memory --shared-pool" "draws" "draws --offset-shifted" "reset" \
                    "reset --condition-unset" "reset --every-step" "failed" "failed --leave-open" "fused" \
-                   "fused --reset-when-done" "fused --perturb-weight alive"; do
+                   "fused --reset-when-done" "fused --perturb-weight alive" "split" "split --misplaced-stamp"; do
           python3 "'"$PWD"'/experiments/evidence/device_env_graph_check.py" --mode $run \
             --num-envs "'"${ENV_GRAPH_ENVS:-256}"'" >"'"$work"'/env-graph/${run// /}.json"; echo "$run: exit $?"
         done

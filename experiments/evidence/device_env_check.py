@@ -827,6 +827,19 @@ def _delayed(function: Any, seconds: float) -> Any:
     return slow
 
 
+def misplace_physics_stamp(dev: Any) -> None:
+    """The step-split checks' control: the env's physics stamp taken before the physics, not after it."""
+    stamps = dev.step_stamps
+    after, physics = stamps.after, type(dev.sim).step
+    stamps.after = lambda part: None if part == "env_physics" else after(part)
+
+    def stamped_first(sim: Any, *a: Any, **k: Any) -> Any:
+        after("env_physics")
+        return physics(sim, *a, **k)
+
+    type(dev.sim).step = stamped_first
+
+
 def step_split(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
                           numpy_draws=False, draws_ahead=True, reset_only_when_done=True, fused_terms=True)
@@ -835,15 +848,8 @@ def step_split(args: argparse.Namespace) -> dict[str, Any]:
     # Where each part's delay goes: the physics' substeps, the fused work after them, the reset's conditional.
     where = {"env_physics": (dev.sim, "step"), "env_terms": (dev._fused, "after_physics"),  # noqa: SLF001
              "env_reset": (dev.sim, "when_any")}
-    if args.misplaced_stamp:  # the control: the physics' stamp taken before the physics, not after it
-        after, physics = stamps.after, type(dev.sim).step
-        stamps.after = lambda part: None if part == "env_physics" else after(part)
-
-        def stamped_first(sim: Any, *a: Any, **k: Any) -> Any:
-            after("env_physics")
-            return physics(sim, *a, **k)
-
-        type(dev.sim).step = stamped_first
+    if args.misplaced_stamp:
+        misplace_physics_stamp(dev)
     actions = seeded_actions(dev, args.steps * (len(where) + 1))
     blocks: dict[str, dict[str, float]] = {}
     reads: list[int] = []

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The device env's CUDA graphs on a GPU: their memory, the draws taken ahead, the reset's condition, a failed capture,
-the fused step.
+the fused step, the step's timestamps of its parts.
 
 Run on a CUDA host from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``device_evidence.sh
 env-graph``); on a machine without CUDA it says so in one line and exits 2. G1 Walk Flat's device env from the
@@ -43,6 +43,13 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             ``--reset-when-done`` puts the fused reset in the reset's conditional node (unilab 0022).
             ``--perturb-weight TERM`` builds the fused kernel with that reward term's weight scaled by 1.001: the
             control, which must fail.
+  split     the step's timestamps of its parts (unilab 0030: physics, terms, reset; the collector's split of the
+            env step) inside the replayed step graph, the product's form (fused, reset only when done): each of
+            ``--steps`` replays is timed by CUDA events around it, the env's ring is read after it, and its row
+            must hold the next step number, three positive parts that fit in the replay's event time (within
+            ``SPLIT_CLOCK_SLACK_MS``: the device clock and the events are two clocks), and a physics part of at
+            least half the step (at 256 envs it is most of it). ``--misplaced-stamp`` takes the physics' stamp
+            before the physics (``device_env_check.misplace_physics_stamp``): the control, which must fail.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 without CUDA.
 """
@@ -63,6 +70,7 @@ from device_env_check import (  # noqa: E402
     FusedComparison,
     fused_tensors,
     make_device_env,
+    misplace_physics_stamp,
     perturbed_fused_step,
     seeded_actions,
     series_sha256,
@@ -73,6 +81,9 @@ SENTINEL = 7.0
 #: Probe sizes in float32 elements: above 1 MiB (torch's large pool) then 512 bytes (its small pool).
 PROBE_ELEMENTS = ((1 << 18) + 128, 128)
 MAX_PROBES = 200_000
+#: How far the env's parts may exceed the replay's event time (ms): two clocks of one GPU, each read at its own
+#: resolution (``%globaltimer`` updates every microsecond or less).
+SPLIT_CLOCK_SLACK_MS = 0.01
 
 
 def fill_cached_memory(dev: Any) -> list[torch.Tensor]:
@@ -238,28 +249,61 @@ def fused(args: argparse.Namespace) -> dict[str, Any]:
             "holds": captured and not result["first_difference_step"] and result["steps_compared"] == args.steps}
 
 
+def split(args: argparse.Namespace) -> dict[str, Any]:
+    dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
+                          numpy_draws=False, draws_ahead=True, fused_terms=True, reset_only_when_done=True)
+    if args.misplaced_stamp:
+        misplace_physics_stamp(dev)
+    dev.reset()  # captures the step, stamps included
+    stamps = dev.step_stamps
+    actions = seeded_actions(dev, args.steps)
+    torch.cuda.synchronize(dev.device)
+    last = int(stamps.ring[:, 0].max())
+    steps: list[dict[str, Any]] = []
+    for t in range(args.steps):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        dev.step(actions[t])
+        end.record()
+        torch.cuda.synchronize(dev.device)
+        parts, through = stamps.split_ms(stamps.ring.tolist(), last)
+        steps.append({"step": through, "new": through - last, "replay_ms": begin.elapsed_time(end), **parts})
+        last = through
+    good = [s for s in steps if s["new"] == 1 and all(s[p] > 0.0 for p in ("env_physics", "env_terms", "env_reset"))
+            and s["env_physics"] + s["env_terms"] + s["env_reset"] <= s["replay_ms"] + SPLIT_CLOCK_SLACK_MS
+            and s["env_physics"] >= 0.5 * s["replay_ms"]]
+    captured = dev.graph_status == "captured"
+    mean = {key: sum(s[key] for s in steps) / len(steps) for key in ("replay_ms", "env_physics", "env_terms",
+                                                                     "env_reset")}
+    return {"mode": "split", "misplaced_stamp_control": bool(args.misplaced_stamp), "graph_status": dev.graph_status,
+            "form": dev.describe(), "episode_seconds": args.episode_seconds, "mean_ms": mean, "steps_checked": steps,
+            "steps_holding": len(good), "holds": captured and len(good) == args.steps}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("memory", "draws", "reset", "failed", "fused"), required=True)
+    parser.add_argument("--mode", choices=("memory", "draws", "reset", "failed", "fused", "split"), required=True)
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shared-pool", action="store_true", help="memory: the negative control")
     parser.add_argument("--offset-shifted", action="store_true", help="draws: the negative control")
     parser.add_argument("--episode-seconds", type=float, default=0.2,
-                        help="reset, fused: the episode length (time-outs)")
+                        help="reset, fused, split: the episode length (time-outs)")
     parser.add_argument("--condition-unset", action="store_true", help="reset: a negative control")
     parser.add_argument("--every-step", action="store_true", help="reset: a negative control")
     parser.add_argument("--leave-open", action="store_true",
                         help="failed: the negative control (torch's half-open capture not closed)")
     parser.add_argument("--perturb-weight", default=None, help="fused: the negative control (a reward term)")
+    parser.add_argument("--misplaced-stamp", action="store_true", help="split: the negative control")
     parser.add_argument("--reset-when-done", action="store_true",
                         help="fused: with the reset only on a step with a done row (its conditional node)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("device_env_graph_check: needs a CUDA device (the env's CUDA graphs)", file=sys.stderr)
         return 2
-    result = {"memory": memory, "draws": draws, "reset": reset, "failed": failed, "fused": fused}[args.mode](args)
+    result = {"memory": memory, "draws": draws, "reset": reset, "failed": failed, "fused": fused,
+              "split": split}[args.mode](args)
     result.update(num_envs=args.num_envs, steps=args.steps, device=torch.cuda.get_device_name(),
                   versions=versions(), series_sha256=series_sha256())
     print(json.dumps(result))
