@@ -222,11 +222,12 @@ def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.Complet
         "step_graph": "off", "stream": "none", "sensors": "last_substep", "draws_ahead": "true", "reset": "when_done",
         "terms": "fused", "step_split": "stamped"}, summary["runtime_manifest"]
     # The env step by parts, from the env's timestamps (per step; ``env_step`` is per iteration, and the first
-    # iteration steps three times): the physics leads, and the parts fit in the step. No env step beside the
-    # learner on the CPU, so no overlap.
+    # iteration steps three times): each part took time, and the parts fit in the step. Which part leads depends on
+    # Warp's kernel cache here (the first step builds the fused kernels inside the terms when it is empty), so the
+    # attribution is ``test_device_env.py``'s. No env step beside the learner on the CPU, so no overlap.
     phases = summary["collector_phases_ms"]
     assert set(phases) == PHASES | {"env_physics", "env_terms", "env_reset"}, phases
-    assert phases["env_physics"] > phases["env_terms"] > 0.0 and phases["env_physics"] > phases["env_reset"] > 0.0
+    assert min(phases["env_physics"], phases["env_terms"], phases["env_reset"]) > 0.0, phases
     assert phases["env_physics"] + phases["env_terms"] + phases["env_reset"] <= phases["env_step"], phases
 
 

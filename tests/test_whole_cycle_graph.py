@@ -85,6 +85,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 torch_step = name in ("device-env-torch-step", "device-env-draws-in-step")
                 assert composed.training.device_env_reset == ("every_step" if torch_step else "when_done")
                 assert composed.training.device_env_terms == ("torch" if torch_step else "fused")
+                assert composed.training.device_env_step_split is (name != "device-env-no-step-split")
                 assert params.aligned_products is (name != "no-aligned-products")  # the default since unilab 0028
                 assert params.combo_kernels is (name != "no-combo-kernels")  # the tree's default since unilab 0027
                 assert params.coordinate_descent_tuning is (name == "coordinate-descent-tuning")
@@ -109,6 +110,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "device-env-sensors-every-substep": (True, True),  # the default learner; sensors in every substep
         "device-env-draws-in-step": (True, True),  # the default learner; the env's draws in the step
         "device-env-torch-step": (True, True),  # the default learner; the env's work in torch, reset every step
+        "device-env-no-step-split": (True, True),  # the default learner; no timestamps of the env step's parts
         "aligned-products": (True, True),  # the default learner; its products on aligned widths set explicitly
         "no-aligned-products": (True, True),  # the default learner; its products on their own widths
         "combo-kernels": (True, True),  # the default learner; Inductor's combo kernels set explicitly
