@@ -125,7 +125,9 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     """``training.device_env_stream``, ``device_env_sensors``, ``device_env_draws_ahead``, ``device_env_reset``,
     ``device_env_terms`` and ``device_env_step_split``: the tree's defaults pass the factory nothing (its env takes a
     stream of its own, computes the sensors in the last substep only, takes its draws ahead, does its work around the
-    physics as Warp kernels, resets only on a step with a done row and stamps its parts), ``false``
+    physics as Warp kernels, resets only on a step with a done row and stamps its parts; of the sensors it computes the
+    position and velocity stages only), ``last_substep`` (device-env-acceleration-sensors) asks for the acceleration
+    stage's sensors too, ``false``
     (device-env-no-step-split) leaves the stamps out, ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep``
     (device-env-sensors-every-substep) for the sensors in every substep, ``torch`` and ``every_step``
     (device-env-torch-step) for the torch step with the reset on every step, and with them ``false``
@@ -146,9 +148,12 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     assert kwargs("training.device_env_stream=wrap") == (
         "refused: training.device_env_stream='wrap': expected 'own' or 'warp'")
     every = [o for o in bench_configs.CONFIGS["device-env-sensors-every-substep"].overrides if "device_env_sensors" in o]
-    assert kwargs(*every) == "[('sensors_every_substep', True)]"
+    assert kwargs(*every) == "[('acceleration_sensors', True), ('sensors_every_substep', True)]"
+    acceleration = [o for o in bench_configs.CONFIGS["device-env-acceleration-sensors"].overrides
+                    if "device_env_sensors" in o]
+    assert kwargs(*acceleration) == "[('acceleration_sensors', True)]"
     assert kwargs("training.device_env_sensors=last") == (
-        "refused: training.device_env_sensors='last': expected 'last_substep' or 'every_substep'")
+        "refused: training.device_env_sensors='last': expected 'position_velocity', 'last_substep' or 'every_substep'")
     torch_step = [o for o in bench_configs.CONFIGS["device-env-torch-step"].overrides if "device_env_" in o]
     assert kwargs(*torch_step) == "[('fused_terms', False), ('reset_only_when_done', False)]"
     in_step = [o for o in bench_configs.CONFIGS["device-env-draws-in-step"].overrides if "device_env_" in o]

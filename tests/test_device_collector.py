@@ -219,8 +219,8 @@ def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.Complet
     unilab 0024, 0022, 0026; no CUDA graph on the CPU)."""
     summary = _trained_on_mjwarp(ran)
     assert summary["runtime_manifest"]["device_env"] == {
-        "step_graph": "off", "stream": "none", "sensors": "last_substep", "draws_ahead": "true", "reset": "when_done",
-        "terms": "fused", "step_split": "stamped"}, summary["runtime_manifest"]
+        "step_graph": "off", "stream": "none", "sensors": "position_velocity", "draws_ahead": "true",
+        "reset": "when_done", "terms": "fused", "step_split": "stamped"}, summary["runtime_manifest"]
     # The env step by parts, from the env's timestamps (per step; ``env_step`` is per iteration, and the first
     # iteration steps three times): each part took time, and the parts fit in the step. Which part leads depends on
     # Warp's kernel cache here (the first step builds the fused kernels inside the terms when it is empty), so the

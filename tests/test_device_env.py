@@ -44,12 +44,17 @@ test asserts on its own.
    scaled by 1.001 differs at the first step; the reset's gains written to the actuators in reverse order differ at
    the first time-out.
 12. The step's timestamps of its parts (``step_stamps``: the collector's split of the env step into the physics,
-   the terms and the reset) put each part's time where it is spent: 50 ms added to one part of every step (the
-   physics' substeps, the fused work after them, the reset's conditional) grows that part by at least 80 % of it
-   and moves the others by less than 30 %, and every read of the ring (a copy, as the collector reads it) sees
-   exactly the steps since the last one as the ring goes round. The stamp kernel's CUDA side (its read of the
+   the terms and the reset) put each part's time where it is spent: 200 ms added to one part of every step (the
+   physics' substeps, the fused work after them, the reset's conditional) grows that part's median step by at
+   least 80 % of it and moves the others by less than 30 %, and every read of the ring (a copy, as the collector
+   reads it) sees exactly the step since the last one as the ring goes round. The stamp kernel's CUDA side (its read of the
    device clock) builds as an sm_90 cubin with Warp's compiler. Control: the physics' stamp taken before the
    physics moves the physics' time into the terms.
+13. Without the acceleration stage of the sensors (the default: G1 Walk Flat reads none of its accelerometers and
+   contact sensors), the env outputs, every other sensor and every MuJoCo Warp array but the post-constraint RNE's
+   (``cacc``, ``cfrc_int``, ``cfrc_ext``) stay bitwise as with every stage in the last substep, over 60 steps with
+   resets, with fewer Warp launches per step; reading one of those sensors is a one-line error. Control: the
+   position and velocity sensors computed after the integration (on the next state) differ at the first step.
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ FAILED = ("--mode", "failed-capture", "--num-envs", "16", "--episode-seconds", "
 RESET = ("--mode", "reset-when-done", "--num-envs", "16", "--episode-seconds", "0.5")
 FUSED = ("--mode", "fused-terms", "--num-envs", "16", "--episode-seconds", "0.5")
 SPLIT = ("--mode", "step-split", "--num-envs", "16", "--steps", "4", "--episode-seconds", "0.5")
+STAGES = ("--mode", "sensor-stages", "--num-envs", "16", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
 CHECKS = {
     "test_device_env_steps_the_numpy_envs_trajectory": ("--mode", "parity", "--num-envs", "16", "--steps", "200"),
@@ -132,6 +138,9 @@ SEQUENCES = {
                                                           (*FUSED, "--steps", "3", "--perturb-weight", "alive"),
                                                           (*FUSED, "--steps", "26", "--perturb-gain-cols")),
     "test_the_step_split_puts_each_parts_time_where_it_is_spent": (SPLIT, (*SPLIT, "--misplaced-stamp")),
+    "test_the_acceleration_stage_of_the_sensors_is_left_out_unread": ((*STAGES, "--steps", "60"),
+                                                                      (*STAGES, "--steps", "2",
+                                                                       "--sensors-after-integration")),
 }
 
 
@@ -346,7 +355,7 @@ def test_the_fused_step_leaves_the_torch_steps_values(checks: SideBySide, reques
 def test_the_step_split_puts_each_parts_time_where_it_is_spent(checks: SideBySide, request: pytest.FixtureRequest) -> None:
     (rc, split, err), (rc_control, control, err_control) = checks.result(request)
     assert rc == 0 and split["holds"], (split, err[-3000:])
-    assert split["parts"] == ["env_physics", "env_terms", "env_reset"] and split["steps_read"] == [4, 4, 4, 4], split
+    assert split["parts"] == ["env_physics", "env_terms", "env_reset"] and split["steps_read"] == [1] * 16, split
     assert split["form"]["step_split"] == "stamped" and split["form"]["terms"] == "fused", split["form"]
     for part, grown in split["grew_ms"].items():
         assert grown[part] >= 0.8 * split["delay_ms"], (part, grown)
@@ -356,3 +365,21 @@ def test_the_step_split_puts_each_parts_time_where_it_is_spent(checks: SideBySid
     # Control: the physics' stamp before the physics: the physics' delay lands in the terms.
     assert rc_control == 1 and not control["holds"], (control, err_control[-3000:])
     assert control["grew_ms"]["env_physics"]["env_terms"] >= 0.8 * control["delay_ms"], control["grew_ms"]
+
+
+def test_the_acceleration_stage_of_the_sensors_is_left_out_unread(checks: SideBySide,
+                                                                   request: pytest.FixtureRequest) -> None:
+    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
+    assert rc == 0 and same["holds"], (same, err[-3000:])
+    assert same["forms"] == {"every_stage": "last_substep", "default": "position_velocity"}, same["forms"]
+    assert set(same["first_difference_step"]) <= {"cacc", "cfrc_int", "cfrc_ext"}, same["first_difference_step"]
+    assert same["arrays_compared"] > 100 and same["done_rows"] >= 32, same
+    assert {"pelvis_acceleration", "torso_acceleration", "left_foot_contact_0"} <= set(
+        same["acceleration_stage_sensors"]), same["acceleration_stage_sensors"]
+    assert same["reading_one"].startswith("the device env reads ") and same["reading_one"].endswith(
+        "set training.device_env_sensors=last_substep"), same["reading_one"]
+    launches = same["warp_launches_per_step"]
+    assert launches["default"] < launches["every_stage"], launches
+    # Control: the position and velocity sensors of the integrated state: the observations differ at once.
+    assert rc_control == 1 and not control["holds"], (control, err_control[-3000:])
+    assert control["first_difference_step"]["policy_obs"] == 0, control["first_difference_step"]

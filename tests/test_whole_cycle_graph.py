@@ -79,8 +79,9 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 assert composed.training.logger == ("no_print" if name == "logging-off" else "tensorboard")
                 assert composed.training.collector_host_ahead is (name != "read-back-each-iteration")
                 assert composed.training.collector_env_step_early is (name != "env-step-after-gather")
-                assert composed.training.device_env_sensors == (
-                    "every_substep" if name == "device-env-sensors-every-substep" else "last_substep")
+                assert composed.training.device_env_sensors == {
+                    "device-env-sensors-every-substep": "every_substep",
+                    "device-env-acceleration-sensors": "last_substep"}.get(name, "position_velocity")
                 assert composed.training.device_env_draws_ahead is (name != "device-env-draws-in-step")
                 torch_step = name in ("device-env-torch-step", "device-env-draws-in-step")
                 assert composed.training.device_env_reset == ("every_step" if torch_step else "when_done")
@@ -108,6 +109,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "read-back-each-iteration": (True, True),  # the default learner; the host waits at each iteration's end
         "env-step-after-gather": (True, True),  # the default learner; the env step after the batch gather
         "device-env-sensors-every-substep": (True, True),  # the default learner; sensors in every substep
+        "device-env-acceleration-sensors": (True, True),  # the default learner; the acceleration stage's sensors
         "device-env-draws-in-step": (True, True),  # the default learner; the env's draws in the step
         "device-env-torch-step": (True, True),  # the default learner; the env's work in torch, reset every step
         "device-env-no-step-split": (True, True),  # the default learner; no timestamps of the env step's parts

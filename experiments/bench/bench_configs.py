@@ -189,9 +189,16 @@ CONFIGS: dict[str, BenchConfig] = {
         BenchConfig("device-env-sensors-every-substep", "patched defaults + the device env's sensors in every "
                     "physics substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
                     training=(("device_env_sensors", "every_substep"),), collectors=("device",),
-                    notes="MuJoCo Warp's step computes the sensors in each substep (the step before unilab 0015); "
-                          "the default computes them in the last substep only, with bitwise the same results: "
+                    notes="MuJoCo Warp's step computes every stage's sensors in each substep (the step before "
+                          "unilab 0015); the default computes the position and velocity sensors in the last "
+                          "substep only (unilab 0031), with bitwise the same values of every sensor the env reads: "
                           "compare with patched-default for what the skipped sensor kernels gain"),
+        BenchConfig("device-env-acceleration-sensors", "patched defaults + the device env's acceleration-stage "
+                    "sensors in the last substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
+                    training=(("device_env_sensors", "last_substep"),), collectors=("device",),
+                    notes="the last substep computes every stage's sensors, the accelerometers and the foot contact "
+                          "sensors too, which G1 Walk Flat does not read (the step before unilab 0031): compare "
+                          "with patched-default for what leaving out the acceleration stage gains"),
         BenchConfig("device-env-draws-in-step", "patched defaults + the device env's draws taken in the step, after "
                     "the physics (its work in torch, its reset on every step)", "overlay", (),
                     requires_key=DEVICE_ENV_DRAWS_AHEAD_KEY,

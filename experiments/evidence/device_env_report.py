@@ -105,6 +105,29 @@ def sensors_table(folder: Path) -> str:
     return "\n".join(rows)
 
 
+def sensor_stages_table(folder: Path) -> str:
+    """The sensors without their acceleration stage against every stage in the last substep (``device_env_check.py
+    --mode sensor-stages``): which arrays and outputs differed (the check allows the post-constraint RNE's only),
+    the acceleration stage's sensors left out, and the Warp kernel launches per env step of each, one row per
+    record."""
+    records = [(name, data) for name, data in _load(sorted(folder.glob("*.json")))
+               if data.get("mode") == "sensor-stages"]
+    rows = ["| record | envs (device) | steps | done rows | arrays + outputs compared | differed (from step) "
+            "| holds | acceleration-stage sensors left out | Warp launches per step, without them | with them "
+            "| fewer |", "|---" * 11 + "|"]
+    for name, data in records:
+        launches = data["warp_launches_per_step"]
+        default, every = launches["default"], launches["every_stage"]
+        first = list(data["first_difference_step"].items())
+        differed = ", ".join(f"`{key}` ({step})" for key, step in first[:6]) or "none"
+        differed += f" and {len(first) - 6} more" if len(first) > 6 else ""
+        rows.append(f"| {name} | {data['num_envs']} ({data['device']}) | {data['steps']} | {data['done_rows']} | "
+                    f"{data['arrays_compared']} + {len(data['outputs_compared'])} | {differed} | "
+                    f"{'yes' if data['holds'] else 'no'} | {len(data['acceleration_stage_sensors'])} | "
+                    f"{default:.1f} | {every:.1f} | {every - default:.1f} ({100 * (every - default) / every:.1f} %) |")
+    return "\n".join(rows)
+
+
 def draws_ahead_table(folder: Path) -> str:
     """A device env taking each step's draws ahead against one taking them in the step (``device_env_check.py
     --mode draws-ahead``): whether every MuJoCo Warp array and env output stayed bitwise equal, how many of the

@@ -2,15 +2,16 @@
 """The documents' result tables, generated from the committed run JSONs (never typed by hand).
 
 A block in README.md, a docs/ page or a results folder's README.md is delimited by ``<!-- table:KIND:FOLDER -->``
-and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``, ``start``, ``start-phases``,
-``compile-frames``), of
+and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``, ``env-step-split``, ``start``,
+``start-phases``, ``compile-frames``), of
 ``headline_table`` (``headline``, the front page's) or of ``mjwarp_report`` (``physics`` from run JSONs;
 ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
 seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (bench_parity; pooling ``+``-joined folders too) or ``ttr`` (time_to_reward) from a folder's run JSONs, ``preemption``
 (preemption_report) from the stop / resume / kill matrix's case JSONs, ``kernel-build`` (mjwarp_kernel_build)
 from the env start's Warp build JSONs, ``env-kernels`` (device_env_report) from ``device_env_bench.py --profile`` JSONs,
-``env-ops``, ``env-sensors``, ``env-draws-ahead`` and ``env-fused-terms`` (device_env_report) from
-``device_env_check.py --mode ops``, ``--mode sensors``, ``--mode draws-ahead`` and ``--mode fused-terms`` JSONs,
+``env-ops``, ``env-sensors``, ``env-sensor-stages``, ``env-draws-ahead`` and ``env-fused-terms`` (device_env_report)
+from ``device_env_check.py --mode ops``, ``--mode sensors``, ``--mode sensor-stages``, ``--mode draws-ahead`` and
+``--mode fused-terms`` JSONs,
 ``env-forms`` (device_env_report) from ``device_env_bench.py --forms`` JSONs, ``learner-kernels`` (learner_profile_report) from
 ``learner_kernel_profile.py`` JSONs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
@@ -66,6 +67,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "env-kernels": device_env_report.kernel_split_table,
     "env-ops": device_env_report.op_count_table,
     "env-sensors": device_env_report.sensors_table,
+    "env-sensor-stages": device_env_report.sensor_stages_table,
     "env-draws-ahead": device_env_report.draws_ahead_table,
     "env-fused-terms": device_env_report.fused_terms_table,
     "env-forms": device_env_report.forms_table,
