@@ -5,7 +5,8 @@
   up over their kinds, and the per-update path, the learner without aligned products and combo kernels and with
   coordinate-descent tuning are the ones it says it ran.
 - ``experiments/evidence/device_env_bench.py --forms`` runs on Warp's CPU device as a smoke run: each form of the
-  device env's step is built as named (the form each env says it ran), stepped in alternating blocks, and timed.
+  device env's step is built as named (the form each env says it ran, its sensors' stages too), stepped in
+  alternating blocks, and timed.
 - ``experiments/evidence/device_env_graph_check.py`` (the env's CUDA graphs) and
   ``experiments/evidence/capture_failure_check.py`` (a failed capture of the learner's graphed inference) refuse a
   machine without CUDA in one line, exit 2.
@@ -61,8 +62,9 @@ def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> 
 
 def test_the_env_form_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: Path) -> None:
     out = tmp_path / "forms.json"
-    proc = _run(tree, "device_env_bench.py", "--forms", "torch", "fused-when-done", "--num-envs", "16", "--steps", "2",
-                "--rounds", "2", "--cpu-smoke", "--output", str(out), UNISIM_MJWARP_ALLOW_CPU="1")
+    proc = _run(tree, "device_env_bench.py", "--forms", "torch", "fused-when-done", "fused-when-done-all-sensors",
+                "--num-envs", "16", "--steps", "2", "--rounds", "2", "--cpu-smoke", "--output", str(out),
+                UNISIM_MJWARP_ALLOW_CPU="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["study"] == "device-env-forms" and result["cpu_smoke"] is True, result
@@ -70,6 +72,8 @@ def test_the_env_form_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: P
     forms = run["forms"]
     assert (forms["torch"]["terms"], forms["torch"]["reset"]) == ("torch", "every_step"), forms
     assert (forms["fused-when-done"]["terms"], forms["fused-when-done"]["reset"]) == ("fused", "when_done"), forms
+    assert forms["fused-when-done"]["sensors"] == "position_velocity", forms
+    assert forms["fused-when-done-all-sensors"]["sensors"] == "last_substep", forms
     assert all(len(blocks) == 2 and min(blocks) > 0 for blocks in run["blocks_ms_per_step"].values()), run
     assert run["ratio_to_first"]["torch"] == 1.0 and run["device"] == "cpu", run
 

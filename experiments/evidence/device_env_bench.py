@@ -16,7 +16,8 @@ kernels of eager steps under torch's profiler (CUPTI sees Warp's launches too), 
 and torch's, with counts and GPU time per step: a graphed step costs about its kernels' time plus a launch gap
 per kernel, so the counts say what fusing the torch terms could save. ``--forms`` instead times the device env's
 step alone in the forms named (``FORMS``: its work around the physics in torch or as Warp kernels, the reset on
-every step or only on a step with a done row; draws ahead, the product's default, in all), one beside the other:
+every step or only on a step with a done row, the sensors without their acceleration stage or, ``-all-sensors``,
+with it; draws ahead, the product's default, in all), one beside the other:
 each form's env is built and reset (its step's graph recorded) before the next is built, then blocks of
 ``--steps`` graphed steps alternate between the forms for ``--rounds`` rounds with the same seeded actions; with
 ``--profile`` also the physics floor and kernel split above, of the first form's env (eager, so its reset runs on
@@ -49,6 +50,7 @@ from device_env_check import TASK, make_device_env, series_sha256, versions  # n
 FORMS: dict[str, dict[str, bool]] = {
     "torch": {}, "fused": {"fused_terms": True}, "torch-when-done": {"reset_only_when_done": True},
     "fused-when-done": {"fused_terms": True, "reset_only_when_done": True},
+    "fused-when-done-all-sensors": {"fused_terms": True, "reset_only_when_done": True, "acceleration_sensors": True},
 }
 
 
