@@ -32,13 +32,13 @@ COLLECTOR_PHASES: dict[str, str] = {
     "action_wait": "learner_action_wait_ms",
     "inference_request": "inference_request_ms",
 }
+#: The device env step by parts where the env stamps them (physics, terms, reset: per env step) and the time the env
+#: step beside the learner ran while the learner ran (uni_rl's ``DeviceCollectorRunner.SPLIT``): times within and
+#: across the device collector's phases below, not more of them.
+DEVICE_ENV_STEP_SPLIT = ("env_physics", "env_terms", "env_reset", "env_step_beside_learner")
 #: The device-resident collector's split of one iteration (uni_rl's ``DeviceCollectorRunner.PHASES``, in loop
 #: order; ``<phase>_ms`` in its collector timing): its collector and its learner share one process and one
-#: loop, so the learner's phases are in the split too.
-#: After them, the device env step by parts where the env stamps them (physics, terms, reset: per env step) and the
-#: time the env step beside the learner ran while the learner ran (uni_rl's ``DeviceCollectorRunner.SPLIT``): times
-#: within and across those phases, not more of them.
-DEVICE_ENV_STEP_SPLIT = ("env_physics", "env_terms", "env_reset", "env_step_beside_learner")
+#: loop, so the learner's phases are in the split too; then ``DEVICE_ENV_STEP_SPLIT``.
 DEVICE_COLLECTOR_PHASES: dict[str, str] = {
     phase: f"{phase}_ms"
     for phase in ("action_sampling", "env_step", "replay_write", "episode_stats", "reward_stats", "replay_sample",

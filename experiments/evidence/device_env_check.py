@@ -86,13 +86,20 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
 
   step-split    the env's timestamps of its step's parts (``step_stamps``, the collector's split of the env step:
                 physics, terms, reset) put each part's time where it is spent: a device env with the product's
-                form steps once (its kernels built), then ``--steps`` steps per block, a block as it is, then one block each with
-                ``STEP_SPLIT_DELAY_MS`` added to one part (the physics' substeps, the fused work after them, the
-                reset's conditional); after each step its parts are read from a copy of the env's ring of
-                timestamps as the collector reads them, and a block's median step is its figure. Each delayed part
-                must grow by at least 80 % of the delay and the others change by less than 30 % of it, and every
-                read must see exactly the one step since the last (the ring goes round). ``--misplaced-stamp`` takes the physics' stamp before the physics: the control,
-                which must fail.
+                form steps once (its kernels built), then ``--steps`` steps per block, a block as it is, then one
+                block each with ``STEP_SPLIT_DELAY_MS`` added to one part (the physics' substeps, the fused work
+                after them, the reset's conditional); after each step its parts are read from a copy of the env's
+                ring of timestamps as the collector reads them, and a block's median step is its figure. Each
+                delayed part must grow by at least 80 % of the delay and the others change by less than 30 % of
+                it, and every read must see exactly the one step since the last (the ring goes round). The stamp
+                kernel's CUDA side must build as an sm_90 cubin (``cuda_build``). ``--misplaced-stamp`` takes the
+                physics' stamp before the physics: the control, which must fail.
+  sensor-stages two device envs with the product's form, one computing every sensor stage in the last substep, one
+                without the acceleration stage (the default, which the task does not read), step ``--steps`` times
+                side by side (``step_side_by_side``, the sensors compared on the slots the default computes): only
+                ``ACCELERATION_STAGE_ARRAYS`` may differ, and reading a sensor of the stage left out must be refused.
+                ``--sensors-after-integration`` computes the position and velocity sensors after the integration:
+                the control, which must fail.
 
 Prints one JSON; exit 0 when the check holds (``equal``; for draws-ahead ``holds``: equal, and no draw in the step's
 graph), 1 when it does not, 2 when the device env refuses the task.
@@ -139,11 +146,13 @@ MJWARP_CUDA_RTOL = 1e-5
 #: What the step's work between the physics and the reset writes (``G1WalkDeviceEnv._after_physics``): the fused
 #: step must leave each as the torch step does; the rewards within ``REWARD_ATOL``, the observations within
 #: ``FUSED_OBS_RTOL``, the rest bitwise.
+FUSED_OUTPUTS = ("steps", "episode_length", "terminated", "truncated", "done", "gait_phase", "reward", "time_left",
+                 "command", "is_standing", "policy_obs", "critic_obs", "final_policy_obs", "final_critic_obs")
+
+
 #: What ``--mode step-split`` adds to one part of every step (milliseconds): far above a step part's noise on the CPU
 #: (the physics of 16 G1 worlds on Warp's CPU device: about 40 ms, tens of ms more in a step that shares its core).
 STEP_SPLIT_DELAY_MS = 200.0
-FUSED_OUTPUTS = ("steps", "episode_length", "terminated", "truncated", "done", "gait_phase", "reward", "time_left",
-                 "command", "is_standing", "policy_obs", "critic_obs", "final_policy_obs", "final_critic_obs")
 
 
 def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
@@ -164,8 +173,8 @@ def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
                                    graph=graph, sensors_every_substep=sensors_every_substep,
-                                   acceleration_sensors=acceleration_sensors, draws_ahead=draws_ahead, reset_only_when_done=reset_only_when_done,
-                                   fused_terms=fused_terms)
+                                   acceleration_sensors=acceleration_sensors, draws_ahead=draws_ahead,
+                                   reset_only_when_done=reset_only_when_done, fused_terms=fused_terms)
 
 
 def perturb_reward(env: Any, term: str) -> None:
@@ -474,16 +483,24 @@ def same_array(a: Any, b: Any) -> bool:
     return bool(np.array_equal(a.numpy(), b.numpy(), equal_nan=True))
 
 
-def step_side_by_side(first: Any, second: Any, steps: int, idle_exempt: frozenset[str] = frozenset()) -> dict[str, Any]:
+def step_side_by_side(first: Any, second: Any, steps: int, idle_exempt: frozenset[str] = frozenset(),
+                      sensor_columns: torch.Tensor | None = None) -> dict[str, Any]:
     """Two device envs stepped with the same seeded actions after a reset: the first step at which each MuJoCo Warp
     array and env output differs (none: bitwise equal throughout), and each env's Warp launches per step. Arrays
     that differ right after the reset are memory MuJoCo Warp leaves unfilled for the model: zeroed in both, named,
     and compared from then on like the rest. Arrays of ``idle_exempt`` are compared after steps with a done row
-    only (``idle_steps``: the steps without one, by the second env's dones)."""
+    only (``idle_steps``: the steps without one, by the second env's dones). ``sensor_columns``: the ``sensordata``
+    columns compared (a boolean mask; None: all)."""
     outputs = ("policy_obs", "critic_obs", "reward", "terminated", "truncated", "final_policy_obs", "final_critic_obs")
     results = [first.reset(), second.reset()]
     arrays = warp_arrays(first), warp_arrays(second)
-    unfilled = sorted(name for name in arrays[0] if not same_array(arrays[0][name], arrays[1][name]))
+
+    def same(name: str) -> bool:
+        if name == "sensordata" and sensor_columns is not None:
+            return torch.equal(first.sim.sensordata[:, sensor_columns], second.sim.sensordata[:, sensor_columns])
+        return same_array(arrays[0][name], arrays[1][name])
+
+    unfilled = sorted(name for name in arrays[0] if not same(name))
     for side in arrays:
         for name in unfilled:
             side[name].zero_()
@@ -502,7 +519,7 @@ def step_side_by_side(first: Any, second: Any, steps: int, idle_exempt: frozense
         for name in arrays[0]:
             if step_done == 0 and name in idle_exempt:
                 continue
-            if name not in differ and not same_array(arrays[0][name], arrays[1][name]):
+            if name not in differ and not same(name):
                 differ[name] = t
         for name in outputs:
             if name not in differ and not torch.equal(getattr(results[0], name), getattr(results[1], name)):
@@ -542,7 +559,7 @@ def sensor_stages(args: argparse.Namespace) -> dict[str, Any]:
     """Two device envs with the product's form and the same torch draws and actions, one computing every sensor
     stage in the last substep (``acceleration_sensors=True``), one without the acceleration stage (the default):
     after every step the env outputs, every sensor slot but the acceleration stage's, and every MuJoCo Warp array
-    but ``ACCELERATION_STAGE_ARRAYS`` must be bitwise equal."""
+    but ``ACCELERATION_STAGE_ARRAYS`` must be bitwise equal (``step_side_by_side``)."""
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
     form = dict(numpy_draws=False, graph=False, draws_ahead=True, reset_only_when_done=True, fused_terms=True)
     every = make_device_env(args.num_envs, args.seed, extra, acceleration_sensors=True, **form)
@@ -557,52 +574,27 @@ def sensor_stages(args: argparse.Namespace) -> dict[str, Any]:
 
         sim._step_without_acceleration_sensors = after_integration  # noqa: SLF001
     uncomputed = sorted(sim.sensor_slots.uncomputed)
-    read_cols = torch.ones(sim.sensordata.shape[1], dtype=torch.bool)
+    computed = torch.ones(sim.sensordata.shape[1], dtype=torch.bool, device=sim.sensordata.device)
     for name in uncomputed:
-        start, dim = dict.__getitem__(sim.sensor_slots, name)
-        read_cols[start:start + dim] = False
-    outputs = ("policy_obs", "critic_obs", "reward", "terminated", "truncated", "final_policy_obs", "final_critic_obs")
-    results = [every.reset(), skipped.reset()]
-    arrays = warp_arrays(every), warp_arrays(skipped)
-    unfilled = sorted(name for name in arrays[0] if not same_array(arrays[0][name], arrays[1][name]))
-    for side in arrays:  # memory MuJoCo Warp leaves unfilled for the model (as ``step_side_by_side``)
-        for name in unfilled:
-            side[name].zero_()
-    actions = seeded_actions(every, args.steps)
-    differ: dict[str, int] = {}
-    launches = [0, 0]
-    done_rows = 0
-    for t in range(args.steps):
-        for index, dev in enumerate((every, skipped)):
-            with WarpLaunches() as counted:
-                results[index] = dev.step(actions[t])
-            launches[index] += counted.count
-        done_rows += int((results[1].terminated | results[1].truncated).sum())
-        for name in arrays[0]:
-            if name == "sensordata":
-                same = torch.equal(every.sim.sensordata[:, read_cols], sim.sensordata[:, read_cols])
-            else:
-                same = same_array(arrays[0][name], arrays[1][name])
-            if name not in differ and not same:
-                differ[name] = t
-        for name in outputs:
-            if name not in differ and not torch.equal(getattr(results[0], name), getattr(results[1], name)):
-                differ[name] = t
+        start, dim = dict.__getitem__(sim.sensor_slots, name)  # the slot itself, past the refusal
+        computed[start:start + dim] = False
+    compared = step_side_by_side(every, skipped, args.steps, sensor_columns=computed)
+    launches = compared.pop("launches")
+    differ, done_rows = compared["first_difference_step"], compared["done_rows"]
     reading = None
-    try:
-        sim.sensor(uncomputed[0]) if uncomputed else None
-    except ValueError as exc:
-        reading = str(exc)
+    if uncomputed:
+        try:
+            sim.sensor(uncomputed[0])
+        except ValueError as exc:
+            reading = str(exc)
     holds = set(differ) <= ACCELERATION_STAGE_ARRAYS and done_rows > 0 and bool(uncomputed) and reading is not None
     return {"mode": "sensor-stages", "num_envs": args.num_envs, "steps": args.steps, "device": str(every.device),
             "versions": versions(), "series_sha256": series_sha256(),
             "sensors_after_integration_control": bool(args.sensors_after_integration),
             "forms": {"every_stage": every.describe()["sensors"], "default": skipped.describe()["sensors"]},
-            "acceleration_stage_sensors": uncomputed, "reading_one": reading, "arrays_compared": len(arrays[0]),
-            "unfilled_at_reset": unfilled,
-            "outputs_compared": list(outputs), "done_rows": done_rows, "first_difference_step": differ,
+            "acceleration_stage_sensors": uncomputed, "reading_one": reading, **compared,
             "exempt": sorted(ACCELERATION_STAGE_ARRAYS),
-            "warp_launches_per_step": {"every_stage": launches[0] / args.steps, "default": launches[1] / args.steps},
+            "warp_launches_per_step": {"every_stage": launches[0], "default": launches[1]},
             "holds": holds, "equal": holds}
 
 
