@@ -51,7 +51,7 @@ def _state_tensors(obj: Any, prefix: str = "") -> dict[str, torch.Tensor]:
 
 
 def _mjwarp_env(num_envs: int, seed: int) -> Any:
-    from device_env_check import make_device_env
+    from device_env_build import make_device_env
 
     return make_device_env(num_envs, seed, (), numpy_draws=False)
 

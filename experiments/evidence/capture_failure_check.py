@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_env_check import series_sha256, versions  # noqa: E402
+from device_env_build import series_sha256, versions  # noqa: E402
 
 #: G1 Walk Flat's actor: its observation width, the tree's hidden width and blocks, its action width.
 OBS_DIM, HIDDEN_DIM, NUM_BLOCKS, ACTION_DIM = 98, 128, 2, 29

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_env_check import make_device_env  # noqa: E402
+from device_env_build import make_device_env  # noqa: E402
 
 NUM_ENVS = 256
 

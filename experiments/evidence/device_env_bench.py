@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402
-from device_env_check import TASK, make_device_env, series_sha256, versions  # noqa: E402
+from device_env_build import TASK, make_device_env, series_sha256, versions  # noqa: E402
 
 
 

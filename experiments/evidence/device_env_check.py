@@ -108,90 +108,28 @@ graph), 1 when it does not, 2 when the device env refuses the task.
 from __future__ import annotations
 
 import argparse
-import collections
-import dataclasses
 import json
 import math
-import platform
 import statistics
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402
-
-TASK = "g1_walk_flat/mjwarp"
-#: Largest reward difference allowed per env step (rewards are O(0.1-1) per step; float32 ulp there ~6e-8).
-REWARD_ATOL = 1e-6
-#: Largest observation difference allowed between the fused step and the torch step, relative to the value's
-#: magnitude (at least 1): float32 rounding of a fused multiply-add or another ``exp``, not a changed term.
-FUSED_OBS_RTOL = 1e-6
-#: The curriculum's float64 state, and how far the fused reset's may be from the torch reset's (relative): a GPU
-#: compiler may contract its weighted average into a fused multiply-add.
-FUSED_CURRICULUM = ("penalty_scale", "average_length")
-FUSED_CURRICULUM_RTOL = 1e-12
-#: How far, relative to the value's magnitude (at least 1), a MuJoCo Warp data array after the fused reset may be
-#: from the torch reset's on CUDA: both run the same MuJoCo Warp kinematics, whose subtree sums
-#: (``smooth._subtree_com_acc``, then ``cinert``, ``cdof``, ``cvel``, the sensors) add a body's children into it
-#: with ``wp.atomic_add`` in no fixed order on a GPU, so the torch reset run twice from one state differs from
-#: itself there in the last bits (``torch_run_to_run``). On the CPU Warp runs a kernel's threads in order: bitwise.
-MJWARP_CUDA_RTOL = 1e-5
-#: What the step's work between the physics and the reset writes (``G1WalkDeviceEnv._after_physics``): the fused
-#: step must leave each as the torch step does; the rewards within ``REWARD_ATOL``, the observations within
-#: ``FUSED_OBS_RTOL``, the rest bitwise.
-FUSED_OUTPUTS = ("steps", "episode_length", "terminated", "truncated", "done", "gait_phase", "reward", "time_left",
-                 "command", "is_standing", "policy_obs", "critic_obs", "final_policy_obs", "final_critic_obs")
-
+from device_env_build import (  # noqa: E402
+    TASK, compose_cfg, make_device_env, seeded_actions, series_sha256, step_under, versions)
+from device_env_compare import REWARD_ATOL, FusedWitness, max_abs, step_side_by_side  # noqa: E402
+from device_env_controls import misplace_physics_stamp, perturb_reward, perturbed_fused_step  # noqa: E402
+from device_env_counts import DRAW_PARTS, PARTS, HostReads, OpCount, WarpLaunches, mark_step_graph  # noqa: E402
 
 #: What ``--mode step-split`` adds to one part of every step (milliseconds): far above a step part's noise on the CPU
 #: (the physics of 16 G1 worlds on Warp's CPU device: about 40 ms, tens of ms more in a step that shares its core).
 STEP_SPLIT_DELAY_MS = 200.0
-
-
-def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
-        return compose(config_name="config", overrides=[f"task={TASK}", f"algo.num_envs={num_envs}",
-                                                        f"algo.seed={seed}", *overrides])
-
-
-def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
-                    graph: bool = True, sensors_every_substep: bool = False, acceleration_sensors: bool = False,
-                    draws_ahead: bool = False, reset_only_when_done: bool = False, fused_terms: bool = False) -> Any:
-    from unilab.envs.device import make_g1_walk_device_env
-    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
-
-    override = build_offpolicy_env_cfg_override("flashsac", compose_cfg(num_envs, seed, overrides))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
-                                   graph=graph, sensors_every_substep=sensors_every_substep,
-                                   acceleration_sensors=acceleration_sensors, draws_ahead=draws_ahead,
-                                   reset_only_when_done=reset_only_when_done, fused_terms=fused_terms)
-
-
-def perturb_reward(env: Any, term: str) -> None:
-    """Negative control: one reward term of the device env scaled by 1.001."""
-    names = [r.name for r in env._rewards]  # noqa: SLF001 - the env's bound reward terms
-    if term not in names:
-        raise SystemExit(f"device_env_check: no reward term {term!r} (terms: {names})")
-    index = names.index(term)
-    bound = env._rewards[index]  # noqa: SLF001
-    twin = bound.twin
-    env._rewards[index] = type(bound)(bound.name, lambda s, **p: twin(s, **p) * 1.001, bound.params,  # noqa: SLF001
-                                      bound.weight, bound.curriculum_scaled)
-
-
-def max_abs(a: np.ndarray, b: torch.Tensor) -> float:
-    diff = np.abs(np.asarray(a, dtype=np.float64) - b.detach().cpu().numpy().astype(np.float64))
-    return float(diff.max()) if diff.size else 0.0
 
 
 def parity(args: argparse.Namespace) -> dict[str, Any]:
@@ -302,45 +240,6 @@ def distribution(args: argparse.Namespace) -> dict[str, Any]:
             "failed": [c["name"] for c in checks if not c["ok"]], "equal": all(c["ok"] for c in checks)}
 
 
-class HostReads(torch.overrides.TorchFunctionMode):
-    """Records the torch calls of a block that read a tensor on the host or copy host data to the device."""
-
-    READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
-    INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
-    FROM_HOST = {"tensor", "as_tensor", "from_numpy"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[str] = []
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        name = getattr(func, "__name__", str(func))
-        if name in self.READS or name in self.FROM_HOST:
-            self.found.append(name)
-        elif name in self.INDEXING and len(args) > 1:
-            index = args[1] if isinstance(args[1], tuple) else (args[1],)
-            for item in index:
-                if isinstance(item, torch.Tensor) and (item.dim() == 0 or item.dtype == torch.bool):
-                    self.found.append(f"{name} with a {'0-d' if item.dim() == 0 else 'boolean'} tensor index")
-        return func(*args, **(kwargs or {}))
-
-
-def seeded_actions(dev: Any, steps: int) -> torch.Tensor:
-    """``steps`` actions for ``dev``, uniform in [-1, 1), from a fixed seed: every check steps with the same ones."""
-    actions = torch.rand((steps, dev.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3))
-    return (actions * 2 - 1).to(dev.device)
-
-
-def step_under(dev: Any, mode: Any, steps: int) -> None:
-    """Reset, one warm-up step (as before the step's CUDA graph is recorded), then ``steps`` seeded steps in ``mode``."""
-    dev.reset()
-    actions = seeded_actions(dev, steps + 1)
-    dev.step(actions[0])
-    with mode:
-        for t in range(1, steps + 1):
-            dev.step(actions[t])
-
-
 def host_reads(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=args.draws_ahead)
     if args.broken_index:
@@ -358,74 +257,6 @@ def host_reads(args: argparse.Namespace) -> dict[str, Any]:
             "equal": not found}
 
 
-#: The device env's methods an ATen operation is counted under (the innermost one on the stack), in step order.
-PARTS = ("step", "_terminate", "_reward", "_advance_command", "_observe", "_reset_rows", "_update_curriculum",
-         "_reset_state", "_resample_command", "reset_rows", "forward_rows", "_draw_command", "_draw_noise",
-         "_draw_reset", "_draw_step", "_draw_next", "_take_next")
-#: The parts that take draws and work out what follows from them alone (with draws ahead, beside the step, with
-#: the copy into the buffer the next step reads).
-DRAW_PARTS = ("_draw_next", "_draw_step", "_draw_command", "_draw_noise", "_draw_reset", "_reset_state")
-
-
-class OpCount(TorchDispatchMode):
-    """Counts the ATen operations run inside it by env method (``PARTS``): compute operations and views apart."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.compute: collections.Counter[str] = collections.Counter()
-        self.views: collections.Counter[str] = collections.Counter()
-        self.by_op: collections.Counter[str] = collections.Counter()
-        self.in_step_graph = False  # set while the body of the env step's CUDA graph runs (``mark_step_graph``)
-        self.draws_in_step_graph = 0  # compute operations of a draw part run there
-        self.step_graph_compute = 0  # compute operations run there
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        names = [frame.name for frame in traceback.extract_stack(limit=48)]
-        part = next((name for name in reversed(names) if name in PARTS), "outside the env's methods")
-        view = any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
-        (self.views if view else self.compute)[part] += 1
-        if not view:
-            self.by_op[func.overloadpacket.__name__] += 1
-            self.draws_in_step_graph += self.in_step_graph and part in DRAW_PARTS
-            self.step_graph_compute += self.in_step_graph
-        return func(*args, **(kwargs or {}))
-
-
-def mark_step_graph(dev: Any, count: OpCount) -> None:
-    """Has ``count`` know when the body the env records as its step's CUDA graph (``_step_body``) runs."""
-    body = dev._step_body  # noqa: SLF001
-
-    def step_graph() -> None:
-        count.in_step_graph = True
-        try:
-            body()
-        finally:
-            count.in_step_graph = False
-
-    dev._step_body = step_graph  # noqa: SLF001
-
-
-def versions() -> dict[str, str]:
-    """The versions a check, count or bench ran with (its JSON records them under ``versions``)."""
-    from importlib.metadata import version
-
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("unilab", "unisim-core", "mujoco", "mujoco-warp", "warp-lang", "numpy"):
-        try:
-            out[name] = version(name)
-        except Exception:  # noqa: BLE001 - a version that cannot be read is recorded as such
-            out[name] = "unknown"
-    return out
-
-
-def series_sha256() -> str | None:
-    """The applied series' sha256, from the overlay's manifest (``make apply`` writes it), if there is one."""
-    import uni_rl
-
-    manifest = Path(uni_rl.__file__).resolve().parents[1] / "MANIFEST.json"
-    return json.loads(manifest.read_text(encoding="utf-8")).get("series_sha256") if manifest.is_file() else None
-
-
 def ops(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, tuple(args.override), numpy_draws=False, graph=False)
     count = OpCount()
@@ -438,95 +269,6 @@ def ops(args: argparse.Namespace) -> dict[str, Any]:
             "views_per_step": sum(count.views.values()) / args.steps, "compute_ops_per_step_by_part": per_step,
             "most_frequent_ops": [[name, n / args.steps] for name, n in count.by_op.most_common(12)],
             "equal": True}
-
-
-def warp_arrays(dev: Any) -> dict[str, Any]:
-    """Every array of the env's MuJoCo Warp data, by field name."""
-    import warp as wp
-
-    data = dev.sim._data  # noqa: SLF001 - the physics data the env steps
-    return {name: value for name, value in vars(data).items() if isinstance(value, wp.array)}
-
-
-class WarpLaunches:
-    """Warp kernel launches while active (every MuJoCo Warp module calls ``warp.launch`` by attribute): their count,
-    and with ``dev`` the names of that env's MuJoCo Warp data arrays they write (each launch names what it writes
-    in its ``outputs``)."""
-
-    def __init__(self, dev: Any = None) -> None:
-        self.count = 0
-        self.written: set[str] = set()
-        self._names = {array.ptr: name for name, array in warp_arrays(dev).items()} if dev is not None else {}
-
-    def __enter__(self) -> WarpLaunches:
-        import warp as wp
-
-        self._wp, self._launch = wp, wp.launch
-
-        def launch(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            for array in kwargs.get("outputs") or ():
-                name = self._names.get(getattr(array, "ptr", None))
-                if name is not None:
-                    self.written.add(name)
-            return self._launch(*args, **kwargs)
-
-        wp.launch = launch
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._wp.launch = self._launch
-
-
-def same_array(a: Any, b: Any) -> bool:
-    """Two Warp arrays bitwise equal (NaN where the other has NaN counts as equal)."""
-    return bool(np.array_equal(a.numpy(), b.numpy(), equal_nan=True))
-
-
-def step_side_by_side(first: Any, second: Any, steps: int, idle_exempt: frozenset[str] = frozenset(),
-                      sensor_columns: torch.Tensor | None = None) -> dict[str, Any]:
-    """Two device envs stepped with the same seeded actions after a reset: the first step at which each MuJoCo Warp
-    array and env output differs (none: bitwise equal throughout), and each env's Warp launches per step. Arrays
-    that differ right after the reset are memory MuJoCo Warp leaves unfilled for the model: zeroed in both, named,
-    and compared from then on like the rest. Arrays of ``idle_exempt`` are compared after steps with a done row
-    only (``idle_steps``: the steps without one, by the second env's dones). ``sensor_columns``: the ``sensordata``
-    columns compared (a boolean mask; None: all)."""
-    outputs = ("policy_obs", "critic_obs", "reward", "terminated", "truncated", "final_policy_obs", "final_critic_obs")
-    results = [first.reset(), second.reset()]
-    arrays = warp_arrays(first), warp_arrays(second)
-
-    def same(name: str) -> bool:
-        if name == "sensordata" and sensor_columns is not None:
-            return torch.equal(first.sim.sensordata[:, sensor_columns], second.sim.sensordata[:, sensor_columns])
-        return same_array(arrays[0][name], arrays[1][name])
-
-    unfilled = sorted(name for name in arrays[0] if not same(name))
-    for side in arrays:
-        for name in unfilled:
-            side[name].zero_()
-    actions = seeded_actions(first, steps)
-    differ: dict[str, int] = {}
-    launches = [0, 0]
-    done_rows = idle_steps = 0
-    for t in range(steps):
-        for index, dev in enumerate((first, second)):
-            with WarpLaunches() as counted:
-                results[index] = dev.step(actions[t])
-            launches[index] += counted.count
-        step_done = int((results[1].terminated | results[1].truncated).sum())
-        done_rows += step_done
-        idle_steps += step_done == 0
-        for name in arrays[0]:
-            if step_done == 0 and name in idle_exempt:
-                continue
-            if name not in differ and not same(name):
-                differ[name] = t
-        for name in outputs:
-            if name not in differ and not torch.equal(getattr(results[0], name), getattr(results[1], name)):
-                differ[name] = t
-    return {"arrays_compared": len(arrays[0]), "outputs_compared": list(outputs), "unfilled_at_reset": unfilled,
-            "done_rows": done_rows, "idle_steps": idle_steps, "first_difference_step": differ,
-            "launches": [n / steps for n in launches]}
 
 
 def sensors(args: argparse.Namespace) -> dict[str, Any]:
@@ -668,146 +410,6 @@ def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
             "equal": not compared["first_difference_step"], "holds": holds}
 
 
-def fused_tensors(dev: Any) -> dict[str, torch.Tensor]:
-    """The env's tensors of ``FUSED_OUTPUTS``, by name."""
-    s = dev.state
-    own = {"episode_length": s.episode_length, "gait_phase": s.gait_phase, "command": s.command,
-           "done": dev._done}  # noqa: SLF001
-    return {name: own[name] if name in own else getattr(dev, name) for name in FUSED_OUTPUTS}
-
-
-def reset_tensors(dev: Any) -> dict[str, torch.Tensor]:
-    """What the reset of the done rows may write: the env's state, the curriculum, the per-world gains, MuJoCo
-    Warp's reset mask and every MuJoCo Warp data array (as torch views), by name."""
-    import warp as wp
-
-    s, sim = dev.state, dev.sim
-    out = {"time_left": dev.time_left, "command": s.command, "is_standing": dev.is_standing,
-           "gait_phase": s.gait_phase, "action": s.action, "prev_action": s.prev_action, "steps": dev.steps,
-           "policy_obs": dev.policy_obs, "critic_obs": dev.critic_obs, "penalty_scale": dev._scale,  # noqa: SLF001
-           "average_length": dev._average_length, "gainprm": sim.gainprm, "biasprm": sim.biasprm,  # noqa: SLF001
-           "reset_mask": sim._reset_mask}  # noqa: SLF001
-    out.update({f"mjwarp.{name}": wp.to_torch(array) for name, array in warp_arrays(dev).items()})
-    return out
-
-
-class FusedComparison:
-    """The fused step's outputs against the torch step's, name by name: whether bitwise, the largest differences,
-    and the first step outside the tolerance (rewards within ``REWARD_ATOL``, observations within
-    ``FUSED_OBS_RTOL``, the curriculum's float64 state within ``FUSED_CURRICULUM_RTOL``, the rest bitwise)."""
-
-    def __init__(self, names: Any = FUSED_OUTPUTS) -> None:
-        self.names = list(names)
-        self.steps = 0
-        self.first_difference_step: dict[str, int] = {}
-        self.bitwise = dict.fromkeys(self.names, True)
-        self.max_abs_diff = dict.fromkeys(self.names, 0.0)
-        self.max_rel_diff = dict.fromkeys(self.names, 0.0)
-
-    def compare(self, name: str, fused: torch.Tensor, reference: torch.Tensor) -> None:
-        if torch.equal(fused, reference) or (fused.is_floating_point() and torch.equal(fused.isnan(), reference.isnan())
-                                             and torch.equal(fused.nan_to_num(), reference.nan_to_num())):
-            return
-        self.bitwise[name] = False
-        ok = False
-        if fused.is_floating_point():
-            diff = (fused.double() - reference.double()).abs()
-            rel = diff / reference.double().abs().clamp_min(1.0)
-            self.max_abs_diff[name] = max(self.max_abs_diff[name], float(diff.max()))
-            self.max_rel_diff[name] = max(self.max_rel_diff[name], float(rel.max()))
-            if name == "reward":
-                ok = float(diff.max()) <= REWARD_ATOL
-            elif name.endswith("obs"):
-                ok = float(rel.max()) <= FUSED_OBS_RTOL
-            elif name in FUSED_CURRICULUM:
-                ok = float(rel.max()) <= FUSED_CURRICULUM_RTOL
-            elif name.startswith("mjwarp.") and fused.is_cuda:
-                ok = float(rel.max()) <= MJWARP_CUDA_RTOL
-        if not ok:
-            self.first_difference_step.setdefault(name, self.steps)
-
-    def result(self) -> dict[str, Any]:
-        return {"outputs_compared": self.names, "bitwise": self.bitwise, "max_abs_diff": self.max_abs_diff,
-                "max_rel_diff": self.max_rel_diff,
-                "tolerance": {"reward_abs": REWARD_ATOL, "observations_rel": FUSED_OBS_RTOL,
-                              "curriculum_rel": FUSED_CURRICULUM_RTOL, "mjwarp_cuda_rel": MJWARP_CUDA_RTOL,
-                              "others": "bitwise"},
-                "first_difference_step": self.first_difference_step, "steps_compared": self.steps}
-
-
-class FusedWitness(FusedComparison):
-    """Before each fused launch of ``dev`` (the work after the physics, the reset of the done rows), runs the torch
-    form from the same state (the same physics, the same draws), keeps what it wrote, puts the state back, then runs
-    the fused form and compares: so the two forms are compared on identical inputs at every step, on any device
-    (eager). ``reset`` holds the reset's comparison (every MuJoCo Warp data array among what it compares);
-    ``run_to_run`` the torch reset run a second time from the same state against its first run, bitwise: where the
-    two runs of one form differ, nothing in the fused form's code is the cause."""
-
-    def __init__(self, dev: Any) -> None:
-        super().__init__()
-        self.dev, fused = dev, dev._fused  # noqa: SLF001
-        self._after_physics, self._reset = fused.after_physics, fused.reset_done_rows
-        dev._fused = self  # noqa: SLF001 - the env calls the witness's two methods in the fused step's place
-        self.reset = FusedComparison(reset_tensors(dev))
-        self.run_to_run = FusedComparison(reset_tensors(dev))
-
-    @staticmethod
-    def _twice(tensors: dict[str, torch.Tensor], torch_form: Any, fused_form: Any,
-               again: FusedComparison | None = None) -> dict[str, torch.Tensor]:
-        """Runs the torch form, keeps what it left, puts the state back, runs the fused form; the torch form's.
-        With ``again``, the torch form runs a second time from the same state first, compared with its first run."""
-        before = {name: t.clone() for name, t in tensors.items()}
-        torch_form()
-        reference = {name: t.clone() for name, t in tensors.items()}
-        if again is not None:
-            for name, t in tensors.items():
-                t.copy_(before[name])
-            torch_form()
-            for name, t in tensors.items():
-                again.compare(name, t, reference[name])
-            again.steps += 1
-        for name, t in tensors.items():
-            t.copy_(before[name])
-        fused_form()
-        return reference
-
-    def after_physics(self) -> None:
-        dev = self.dev
-        tensors = fused_tensors(dev)
-        reference = self._twice(tensors, lambda: dev._after_physics(dev._drawn.current), self._after_physics)  # noqa: SLF001
-        for name, t in tensors.items():
-            self.compare(name, t, reference[name])
-        self.steps += 1
-
-    def reset_done_rows(self) -> None:
-        dev = self.dev
-        ahead = dev._drawn.current  # noqa: SLF001
-        tensors = reset_tensors(dev)
-        reference = self._twice(tensors, lambda: dev._reset_rows(dev._done, update_curriculum=True,  # noqa: SLF001
-                                                                 drawn=ahead.reset, noise=ahead.reset_noise),
-                                self._reset, again=self.run_to_run)
-        for name, t in tensors.items():
-            self.reset.compare(name, t, reference[name])
-        self.reset.steps += 1
-
-
-def perturbed_fused_step(dev: Any, term: str | None, gain_cols: bool = False) -> None:
-    """The env's first reset, which builds its fused step from the bound terms. The negative controls, in the fused
-    step only: ``term``, that reward term's weight scaled by 1.001; ``gain_cols``, the reset's kp and kd written
-    to the actuators in reverse order."""
-    bound, cols = list(dev._rewards), dev._gain_cols  # noqa: SLF001
-    if term:
-        names = [r.name for r in bound]
-        if term not in names:
-            raise SystemExit(f"device_env_check: no reward term {term!r} (terms: {names})")
-        index = names.index(term)
-        dev._rewards[index] = dataclasses.replace(bound[index], weight=bound[index].weight * 1.001)  # noqa: SLF001
-    if gain_cols:
-        dev._gain_cols = cols.flip(0)  # noqa: SLF001
-    dev.reset()
-    dev._rewards, dev._gain_cols = bound, cols  # noqa: SLF001 - the torch step keeps the task's
-
-
 def step_counts(dev: Any) -> dict[str, dict[str, int]]:
     """Per form of the step (torch, fused, fused with the reset only on a step with a done row), one step's torch
     compute operations inside the body the env records as its step's CUDA graph, and its Warp kernel launches: the
@@ -892,19 +494,6 @@ def _delayed(function: Any, seconds: float) -> Any:
         return result
 
     return slow
-
-
-def misplace_physics_stamp(dev: Any) -> None:
-    """The step-split checks' control: the env's physics stamp taken before the physics, not after it."""
-    stamps = dev.step_stamps
-    after, physics = stamps.after, type(dev.sim).step
-    stamps.after = lambda part: None if part == "env_physics" else after(part)
-
-    def stamped_first(sim: Any, *a: Any, **k: Any) -> Any:
-        after("env_physics")
-        return physics(sim, *a, **k)
-
-    type(dev.sim).step = stamped_first
 
 
 def step_split(args: argparse.Namespace) -> dict[str, Any]:

@@ -4,7 +4,7 @@ the fused step, the step's timestamps of its parts.
 
 Run on a CUDA host from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``device_evidence.sh
 env-graph``); on a machine without CUDA it says so in one line and exits 2. G1 Walk Flat's device env from the
-tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), seeded uniform actions.
+tree's ``g1_walk_flat/mjwarp`` config (``device_env_build.make_device_env``), seeded uniform actions.
 
   memory    after the env's first reset (which captures its step), every byte of the cached free memory of
             torch's shared pool on the env's stream is taken by sentinel probes; ``--steps`` graph replays
@@ -36,7 +36,7 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             replayed step graph: before each of ``--steps`` replays the state that work reads and writes is kept
             (with the step's draws and the curriculum's scale); after it that work is run again in torch on the
             replay's physics and compared with what the graph wrote, on the rows without a done row (a done row's
-            physics state is the reset's by then), within ``device_env_check``'s tolerances (a GPU compiler may
+            physics state is the reset's by then), within ``device_env_compare``'s tolerances (a GPU compiler may
             contract a product and a sum into one fused multiply-add), and every done row must have been reset by
             the fused reset (its episode counter at 0, an observation other than its final one); then the replay's
             state is put back (``device_env_check.py --mode fused-terms`` compares the fused reset itself, eager).
@@ -49,7 +49,7 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_check.make_device_env``), se
             must hold the next step number, three positive parts that fit in the replay's event time (within
             ``SPLIT_CLOCK_SLACK_MS``: the device clock and the events are two clocks), and a physics part of at
             least half the step (at 256 envs it is most of it). ``--misplaced-stamp`` takes the physics' stamp
-            before the physics (``device_env_check.misplace_physics_stamp``): the control, which must fail.
+            before the physics (``device_env_controls.misplace_physics_stamp``): the control, which must fail.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 without CUDA.
 """
@@ -66,16 +66,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_env_check import (  # noqa: E402
-    FusedComparison,
-    fused_tensors,
-    make_device_env,
-    misplace_physics_stamp,
-    perturbed_fused_step,
-    seeded_actions,
-    series_sha256,
-    versions,
-)
+from device_env_build import make_device_env, seeded_actions, series_sha256, versions  # noqa: E402
+from device_env_compare import FusedComparison, fused_tensors  # noqa: E402
+from device_env_controls import misplace_physics_stamp, perturbed_fused_step  # noqa: E402
 
 SENTINEL = 7.0
 #: Probe sizes in float32 elements: above 1 MiB (torch's large pool) then 512 bytes (its small pool).

@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[0] / "bench"))
 from bench_configs import SETTINGS  # noqa: E402
-from device_env_check import series_sha256, versions  # noqa: E402
+from device_env_build import series_sha256, versions  # noqa: E402
 from learner_study import random_batch, runner_schedule, update_iteration, warm_up  # noqa: E402
 
 TASK = "g1_walk_flat/mujoco"

@@ -1,0 +1,47 @@
+"""The deliberate breakages of the device env checks' negative controls: each must make its check fail."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+def perturb_reward(env: Any, term: str) -> None:
+    """Negative control: one reward term of the device env scaled by 1.001."""
+    names = [r.name for r in env._rewards]  # noqa: SLF001 - the env's bound reward terms
+    if term not in names:
+        raise SystemExit(f"device_env_check: no reward term {term!r} (terms: {names})")
+    index = names.index(term)
+    bound = env._rewards[index]  # noqa: SLF001
+    twin = bound.twin
+    env._rewards[index] = type(bound)(bound.name, lambda s, **p: twin(s, **p) * 1.001, bound.params,  # noqa: SLF001
+                                      bound.weight, bound.curriculum_scaled)
+
+
+def perturbed_fused_step(dev: Any, term: str | None, gain_cols: bool = False) -> None:
+    """The env's first reset, which builds its fused step from the bound terms. The negative controls, in the fused
+    step only: ``term``, that reward term's weight scaled by 1.001; ``gain_cols``, the reset's kp and kd written
+    to the actuators in reverse order."""
+    bound, cols = list(dev._rewards), dev._gain_cols  # noqa: SLF001
+    if term:
+        names = [r.name for r in bound]
+        if term not in names:
+            raise SystemExit(f"device_env_check: no reward term {term!r} (terms: {names})")
+        index = names.index(term)
+        dev._rewards[index] = dataclasses.replace(bound[index], weight=bound[index].weight * 1.001)  # noqa: SLF001
+    if gain_cols:
+        dev._gain_cols = cols.flip(0)  # noqa: SLF001
+    dev.reset()
+    dev._rewards, dev._gain_cols = bound, cols  # noqa: SLF001 - the torch step keeps the task's
+
+
+def misplace_physics_stamp(dev: Any) -> None:
+    """The step-split checks' control: the env's physics stamp taken before the physics, not after it."""
+    stamps = dev.step_stamps
+    after, physics = stamps.after, type(dev.sim).step
+    stamps.after = lambda part: None if part == "env_physics" else after(part)
+
+    def stamped_first(sim: Any, *a: Any, **k: Any) -> Any:
+        after("env_physics")
+        return physics(sim, *a, **k)
+
+    type(dev.sim).step = stamped_first
