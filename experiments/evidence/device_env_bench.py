@@ -45,7 +45,6 @@ from collector_profile import build_env  # noqa: E402
 from device_env_build import TASK, make_device_env, series_sha256, versions  # noqa: E402
 
 
-
 #: The forms of the device env's step ``--forms`` compares, as factory keywords (beside draws ahead).
 FORMS: dict[str, dict[str, bool]] = {
     "torch": {}, "fused": {"fused_terms": True}, "torch-when-done": {"reset_only_when_done": True},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+
 def perturb_reward(env: Any, term: str) -> None:
     """Negative control: one reward term of the device env scaled by 1.001."""
     names = [r.name for r in env._rewards]  # noqa: SLF001 - the env's bound reward terms

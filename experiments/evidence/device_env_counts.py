@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+
 class HostReads(torch.overrides.TorchFunctionMode):
     """Records the torch calls of a block that read a tensor on the host or copy host data to the device."""
 
@@ -34,6 +35,8 @@ class HostReads(torch.overrides.TorchFunctionMode):
                 if isinstance(item, torch.Tensor) and (item.dim() == 0 or item.dtype == torch.bool):
                     self.found.append(f"{name} with a {'0-d' if item.dim() == 0 else 'boolean'} tensor index")
         return func(*args, **(kwargs or {}))
+
+
 #: The device env's methods an ATen operation is counted under (the innermost one on the stack), in step order.
 PARTS = ("step", "_terminate", "_reward", "_advance_command", "_observe", "_reset_rows", "_update_curriculum",
          "_reset_state", "_resample_command", "reset_rows", "forward_rows", "_draw_command", "_draw_noise",
