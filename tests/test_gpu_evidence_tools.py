@@ -7,6 +7,9 @@
 - ``experiments/evidence/device_env_bench.py --forms`` runs on Warp's CPU device as a smoke run: each form of the
   device env's step is built as named (the form each env says it ran, its sensors' stages too), stepped in
   alternating blocks, and timed.
+- ``experiments/evidence/mjwarp_block_dim_bench.py --cpu-smoke`` steps MuJoCo Warp with each block width it tries,
+  each from the same kept state: on Warp's CPU device a block is one thread, so every width must give the default's
+  step bitwise (a width that did not start from the kept state would not).
 - ``experiments/evidence/device_env_graph_check.py`` (the env's CUDA graphs) and
   ``experiments/evidence/capture_failure_check.py`` (a failed capture of the learner's graphed inference) refuse a
   machine without CUDA in one line, exit 2.
@@ -76,6 +79,20 @@ def test_the_env_form_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: P
     assert forms["fused-when-done-all-sensors"]["sensors"] == "last_substep", forms
     assert all(len(blocks) == 2 and min(blocks) > 0 for blocks in run["blocks_ms_per_step"].values()), run
     assert run["ratio_to_first"]["torch"] == 1.0 and run["device"] == "cpu", run
+
+
+def test_the_block_width_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "block-dim.json"
+    proc = _run(tree, "mjwarp_block_dim_bench.py", "--cpu-smoke", "--num-envs", "8", "--warm-steps", "3",
+                "--output", str(out), UNISIM_MJWARP_ALLOW_CPU="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    (run,) = result["runs"]
+    assert result["study"] == "mjwarp-block-dim" and run["device"] == "cpu" and run["nefc_max"] > 0, run
+    differences = run["max_abs_diff_to_default"]
+    assert set(differences) == {*result["variants"], "default, run again"}, differences
+    assert all(value == 0.0 for diff in differences.values() for value in diff.values()), differences
+    assert run["median_ms_per_step"] == {} and set(run["first_step_s"]) == set(result["variants"]), run
 
 
 def test_the_env_graph_check_refuses_a_machine_without_cuda(tree: tuple[Path, Path]) -> None:
