@@ -200,6 +200,23 @@ def forms_table(folder: Path) -> str:
     return "\n".join(rows)
 
 
+def graph_split_table(folder: Path) -> str:
+    """The env step's timestamps inside its replayed CUDA graph (``device_env_graph_check.py --mode split``): per
+    record, whether it is the control, how many replays held (each row the next step, three positive parts within
+    the replay's event time, the physics at least half), and the mean replay and parts (ms)."""
+    rows = ["| record | GPU | envs | control: physics stamp before the physics | replays holding | replay (ms) | "
+            "physics (ms) | terms (ms) | reset (ms) | holds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, data in _load(sorted(folder.glob("*.json"))):
+        if data.get("mode") != "split":
+            continue
+        mean = data["mean_ms"]
+        control = "yes" if data["misplaced_stamp_control"] else "no"
+        rows.append(f"| {name} | {data['device']} | {data['num_envs']} | {control} | {data['steps_holding']} of "
+                    f"{data['steps']} | {mean['replay_ms']:.2f} | {mean['env_physics']:.2f} | {mean['env_terms']:.2f} "
+                    f"| {mean['env_reset']:.2f} | {'yes' if data['holds'] else 'no'} |")
+    return "\n".join(rows)
+
+
 def determinism_lines(records: list[tuple[str, dict[str, Any]]]) -> str:
     lines = []
     for name, data in records:

@@ -110,6 +110,29 @@ def profile_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def block_dim_table(folder: Path) -> str:
+    """MuJoCo Warp's solver kernels at other thread-block widths (``mjwarp_block_dim_bench.py``): per env count and
+    width, the median ms per env step of the substeps' graph over alternating blocks, its ratio to the tree's
+    widths, and how far one step from the kept state moved from the default's (``qacc``, the largest difference;
+    the default's own second run beside it says what MuJoCo Warp's atomic sums alone move)."""
+    lines = ["| record | GPU | envs | largest constraint rows in a world | width | ms per env step (ratio) | "
+             "one step's largest qacc difference to the default |", "|---|---|---|---|---|---|---|"]
+    for name, result in _jsons(folder):
+        if result.get("study") != "mjwarp-block-dim":
+            continue
+        for run in result["runs"]:
+            diffs = run["max_abs_diff_to_default"]
+            for variant, changed in result["variants"].items():
+                width = ", ".join(f"{field} {value}" for field, value in changed.items()) or "the tree's"
+                median = run["median_ms_per_step"].get(variant)
+                timed = f"{median:.2f} ({run['ratio_to_default'][variant]:.3f})" if median is not None else "–"
+                shown = "default, run again" if variant == "default" else variant
+                lines.append(f"| {name} | {result['machine']['gpu']} | {run['num_envs']} | {run['nefc_max']} | "
+                             f"{variant}: {width} | {timed} | {diffs[shown]['qacc']:.3g}"
+                             f"{' (itself, run again)' if variant == 'default' else ''} |")
+    return "\n".join(lines)
+
+
 #: Row labels of the sim-training table (its verdict takes the MuJoCo arm as the reference).
 SIM_LABELS = bench_report.PHYSICS_LABELS
 #: The arms of a sim-to-sim study: the physics, and for MJWarp the collector (host env or device-resident).

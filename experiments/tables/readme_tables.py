@@ -71,6 +71,8 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "env-draws-ahead": device_env_report.draws_ahead_table,
     "env-fused-terms": device_env_report.fused_terms_table,
     "env-forms": device_env_report.forms_table,
+    "env-graph-split": device_env_report.graph_split_table,
+    "mjwarp-block-dim": mjwarp_report.block_dim_table,
     "learner-kernels": learner_profile_report.table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
