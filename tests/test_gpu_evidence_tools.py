@@ -10,6 +10,9 @@
 - ``experiments/evidence/mjwarp_block_dim_bench.py --cpu-smoke`` steps MuJoCo Warp with each block width it tries,
   each from the same kept state: on Warp's CPU device a block is one thread, so every width must give the default's
   step bitwise (a width that did not start from the kept state would not).
+- ``experiments/evidence/learner_beside_physics_bench.py --cpu-smoke`` builds the device env and, per SM carveout, the
+  learner at the report's setting (its 2/1/1 schedule) on the CPU and runs each once; without ``--cpu-smoke`` it
+  refuses a machine without CUDA in one line, exit 2.
 - ``experiments/evidence/device_env_graph_check.py`` (the env's CUDA graphs) and
   ``experiments/evidence/capture_failure_check.py`` (a failed capture of the learner's graphed inference) refuse a
   machine without CUDA in one line, exit 2.
@@ -93,6 +96,21 @@ def test_the_block_width_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path
     assert set(differences) == {*result["variants"], "default, run again"}, differences
     assert all(value == 0.0 for diff in differences.values() for value in diff.values()), differences
     assert run["median_ms_per_step"] == {} and set(run["first_step_s"]) == set(result["variants"]), run
+
+
+def test_the_learner_beside_physics_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "beside.json"
+    proc = _run(tree, "learner_beside_physics_bench.py", "--cpu-smoke", "--carveouts", "16", "--output", str(out),
+                UNISIM_MJWARP_ALLOW_CPU="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["study"] == "learner-beside-physics" and result["device"] == "cpu", result
+    assert (result["updates_per_step"], result["policy_frequency"], result["batch_size"]) == (2, 2, 256), result
+    assert result["carveouts"] == [0, 16] and set(result["learner_iteration_s"]) == {"0", "16"}, result
+    refused = _run(tree, "learner_beside_physics_bench.py", "--output", str(tmp_path / "refused.json"))
+    assert refused.returncode == 2 and not (tmp_path / "refused.json").exists(), refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "learner_beside_physics_bench: needs a CUDA device (two streams of CUDA graphs)"), refused.stderr[-2000:]
 
 
 def test_the_env_graph_check_refuses_a_machine_without_cuda(tree: tuple[Path, Path]) -> None:
