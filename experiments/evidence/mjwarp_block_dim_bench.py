@@ -2,11 +2,12 @@
 """Times G1 Walk Flat's MuJoCo Warp substeps with other thread-block widths for MuJoCo Warp's tiled kernels.
 
 MuJoCo Warp launches its constraint solver's per-world kernels (the line search, the Hessian's Cholesky update,
-``J^T D J``) as one thread block per world, of the width ``Model.block_dim`` names (``mujoco_warp.BlockDim``):
-the threads of a block share a world's constraint rows and reduce over them. The width is a launch setting, not a
-solver option: the same kernel code, the same iterations and tolerances; what changes is how many rows each thread
-takes and the order of the block's float sums (so a step's result may differ in the last bits, which this bench
-records). At 256 worlds these kernels are most of the physics' GPU time and run one small block per world.
+``J^T D J``) as one thread block per world, of the width ``Model.block_dim`` names (MuJoCo Warp's ``BlockDim``, not
+a public name): the threads of a block share a world's constraint rows and reduce over them. The width is a launch
+setting, not a solver option: the same kernel code, the same iterations and tolerances; what changes is how many
+rows each thread takes and the order of the block's float sums (so a step's result may differ in the last bits,
+which this bench records). At 256 worlds the line search and the Cholesky update alone are about 30 % of the
+physics' GPU time (``results/2026-12-04-h200-device-env-profile``), each a small block per world.
 
 Run from a UniLab tree root with the overlay first on ``PYTHONPATH``. Per ``--num-envs`` it builds the device env
 of the tree's ``g1_walk_flat/mjwarp`` config (the product's form), steps it ``--warm-steps`` times with seeded
