@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -42,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402
-from device_env_build import TASK, make_device_env, series_sha256, versions  # noqa: E402
+from device_env_build import TASK, machine, make_device_env, series_sha256, versions  # noqa: E402
 
 
 #: The forms of the device env's step ``--forms`` compares, as factory keywords (beside draws ahead).
@@ -269,8 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     result: dict[str, Any] = {
         "study": "device-env-step", "task": TASK, "date": time.strftime("%Y-%m-%d"),
-        "machine": {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                    "cpu_count": __import__("os").cpu_count(), "host": platform.node()},
+        "machine": machine(),
         "versions": versions(), "series_sha256": series_sha256(), "runs": [], "parity": None}
     if args.forms:
         result.update(study="device-env-forms", cpu_smoke=bool(args.cpu_smoke))

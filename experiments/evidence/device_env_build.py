@@ -2,12 +2,13 @@
 
 Every check, bench and probe of the device env builds it here, from the UniLab tree's ``g1_walk_flat/mjwarp`` task
 config composed through Hydra (run from the tree root), through the collector's own env factory: so the env they
-check is the env training steps. ``versions`` and ``series_sha256`` are what each of their JSONs records.
+check is the env training steps. ``machine``, ``versions`` and ``series_sha256`` are what each of their JSONs records.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,15 @@ def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_
                                    graph=graph, sensors_every_substep=sensors_every_substep,
                                    acceleration_sensors=acceleration_sensors, draws_ahead=draws_ahead,
                                    reset_only_when_done=reset_only_when_done, fused_terms=fused_terms)
+
+
+def machine() -> dict[str, Any]:
+    """The machine a check, count or bench ran on (its JSON records it under ``machine``): the GPU and its SM count
+    (None without CUDA), the CPU cores, the host."""
+    cuda = torch.cuda.is_available()
+    return {"gpu": torch.cuda.get_device_name(0) if cuda else None,
+            "sm_count": torch.cuda.get_device_properties(0).multi_processor_count if cuda else None,
+            "cpu_count": os.cpu_count(), "host": platform.node()}
 
 
 def versions() -> dict[str, str]:

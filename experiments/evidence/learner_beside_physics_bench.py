@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -47,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "bench"))
 from bench_configs import SETTINGS  # noqa: E402
-from device_env_build import make_device_env, series_sha256, versions  # noqa: E402
+from device_env_build import machine, make_device_env, series_sha256, versions  # noqa: E402
 from learner_kernel_profile import compose, g1_dims, random_batches  # noqa: E402
 from learner_study import runner_schedule, update_iteration, warm_up  # noqa: E402
 
@@ -158,10 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         "updates_per_step": int(cfg.algo.updates_per_step), "policy_frequency": int(cfg.algo.policy_frequency),
         "batch_size": int(cfg.algo.batch_size),
         "carveouts": args.carveouts, "steps_per_block": args.steps, "rounds": args.rounds, "cpu_smoke": args.cpu_smoke,
-        "device": str(device), "machine": {"gpu": torch.cuda.get_device_name(0) if cuda else None,
-                                            "sm_count": torch.cuda.get_device_properties(0).multi_processor_count
-                                            if cuda else None, "cpu_count": __import__("os").cpu_count(),
-                                            "host": platform.node()},
+        "device": str(device), "machine": machine(),
         "versions": versions(), "series_sha256": series_sha256()}
     if args.cpu_smoke:
         dev.sim.step(dev.substeps)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import statistics
 import sys
 import time
@@ -36,7 +35,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_env_build import make_device_env, series_sha256, versions  # noqa: E402
+from device_env_build import machine, make_device_env, series_sha256, versions  # noqa: E402
 
 #: The widths tried, as changes to the tree's ``Model.block_dim`` (its defaults for G1: the line search 32, the
 #: blocked Cholesky update 32, ``J^T D J`` 128 threads per world).
@@ -133,12 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() and not args.cpu_smoke:
         print("mjwarp_block_dim_bench: no CUDA device; the substeps' graphs are timed on a GPU", file=sys.stderr)
         return 2
-    if args.variants[0] != "default":
-        args.variants.insert(0, "default")
+    args.variants = ["default", *(name for name in args.variants if name != "default")]  # the reference first
     result: dict[str, Any] = {
         "study": "mjwarp-block-dim", "date": time.strftime("%Y-%m-%d"), "cpu_smoke": bool(args.cpu_smoke),
-        "machine": {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                    "cpu_count": __import__("os").cpu_count(), "host": platform.node()},
+        "machine": machine(),
         "versions": versions(), "series_sha256": series_sha256(),
         "variants": {name: VARIANTS[name] for name in args.variants}, "runs": []}
     for num_envs in args.num_envs:
