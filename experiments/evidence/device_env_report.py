@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from bench_configs import Schedule  # noqa: E402
 
 TITLE = "# The device-resident G1 Walk Flat env and collector on MuJoCo Warp"
 
@@ -214,6 +215,25 @@ def graph_split_table(folder: Path) -> str:
         rows.append(f"| {name} | {data['device']} | {data['num_envs']} | {control} | {data['steps_holding']} of "
                     f"{data['steps']} | {mean['replay_ms']:.2f} | {mean['env_physics']:.2f} | {mean['env_terms']:.2f} "
                     f"| {mean['env_reset']:.2f} | {'yes' if data['holds'] else 'no'} |")
+    return "\n".join(rows)
+
+
+def learner_beside_table(folder: Path) -> str:
+    """The learner's graph beside the physics' graph (``learner_beside_physics_bench.py``): per setting and SM
+    carveout of the learner's matrix products, the physics alone, the learner alone, both together (each stream's
+    span and the iteration), and the physics' stretch beside the learner (medians over blocks, ms)."""
+    rows = ["| record | GPU | envs · schedule | SMs left free | physics alone | learner alone | physics beside the "
+            "learner | stretch | learner beside the physics | iteration |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, data in _load(sorted(folder.glob("*.json"))):
+        if data.get("study") != "learner-beside-physics" or data.get("cpu_smoke"):
+            continue
+        schedule = Schedule(data["updates_per_step"], data["policy_frequency"]).label
+        for carveout, arm in data["arms"].items():
+            rows.append(f"| {name} | {data['machine']['gpu']} | {data['num_envs']} · {schedule} | "
+                        f"{carveout if carveout != '0' else '0 (default)'} | {data['physics_alone_ms']:.2f} | "
+                        f"{arm['learner_alone_ms']:.2f} | {arm['together_physics_ms']:.2f} | "
+                        f"{arm['physics_stretch_ms']:+.2f} | {arm['together_learner_ms']:.2f} | "
+                        f"{arm['together_iteration_ms']:.2f} |")
     return "\n".join(rows)
 
 

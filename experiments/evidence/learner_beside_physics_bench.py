@@ -18,8 +18,8 @@ tree's ``g1_walk_flat/mjwarp`` config at the setting's env count in the product'
 it captures as one graph. Then for ``--rounds`` rounds, blocks of ``--steps`` iterations alternate between: the
 physics alone (one replay per iteration, on the env's stream), and per carveout the learner alone (one iteration)
 and both together, started together each iteration as in training (each stream waits for the other's previous
-iteration), the physics on the env's stream and the learner on torch's. CUDA events time each stream's span per
-iteration; a block's figure is its mean, an arm's its median block. The JSON gives, per carveout, the physics'
+iteration), the physics on the env's stream and the learner on torch's; every other round runs them in the reverse
+order. CUDA events time each stream's span per iteration; a block's figure is its mean, an arm's its median block. The JSON gives, per carveout, the physics'
 stretch beside the learner (together minus alone), the learner's time alone and together, and the iteration (the
 later of the two streams' ends). The learner learns on random batches and the physics steps from where the env's
 warm-up left it: times, not training.
@@ -176,11 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     for carveout in args.carveouts:
         blocks[f"learner alone, carveout {carveout}"] = []
         blocks[f"together, carveout {carveout}"] = []
-    for _ in range(args.rounds):
-        blocks["physics alone"].append(alone(physics.replay, env_stream, args.steps))
-        for carveout, learner in learners.items():
+    for round_index in range(args.rounds):
+        # Every other round in the reverse order: a drift of the GPU's pace over the run favours no arm.
+        order = list(learners.items())[::-1 if round_index % 2 else 1]
+        if not round_index % 2:
+            blocks["physics alone"].append(alone(physics.replay, env_stream, args.steps))
+        for carveout, learner in order:
             blocks[f"learner alone, carveout {carveout}"].append(alone(learner, main_stream, args.steps))
             blocks[f"together, carveout {carveout}"].append(together(physics.replay, learner, env_stream, args.steps))
+        if round_index % 2:
+            blocks["physics alone"].append(alone(physics.replay, env_stream, args.steps))
     physics_alone = statistics.median(blocks["physics alone"])
     arms = {}
     for carveout in args.carveouts:

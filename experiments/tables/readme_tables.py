@@ -72,6 +72,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "env-fused-terms": device_env_report.fused_terms_table,
     "env-forms": device_env_report.forms_table,
     "env-graph-split": device_env_report.graph_split_table,
+    "learner-beside-physics": device_env_report.learner_beside_table,
     "mjwarp-block-dim": mjwarp_report.block_dim_table,
     "learner-kernels": learner_profile_report.table,
 }
