@@ -90,6 +90,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 assert params.aligned_products is (name != "no-aligned-products")  # the default since unilab 0028
                 assert params.combo_kernels is (name != "no-combo-kernels")  # the tree's default since unilab 0027
                 assert params.coordinate_descent_tuning is (name == "coordinate-descent-tuning")
+                assert params.sm_carveout == (32 if name == "sm-carveout-32" else 0)
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
                 tree = dict(bench_configs.TREE_LEARNING_RATES)
                 scale = 0.1 if name == bench_configs.NEGATIVE_CONTROL else 1.0
@@ -118,6 +119,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "combo-kernels": (True, True),  # the default learner; Inductor's combo kernels set explicitly
         "no-combo-kernels": (True, True),  # the default learner; compiled without Inductor's combo kernels
         "coordinate-descent-tuning": (True, True),  # the default learner; Inductor's tuning of its Triton kernels
+        "sm-carveout-32": (True, True),  # the default learner; its captured products leave 32 SMs free
         "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch
         "warp-build-ahead": (True, True),  # the default learner; MuJoCo Warp's core kernels built ahead
         bench_configs.NEGATIVE_CONTROL: (True, True),  # the default learner with learning rates ÷10

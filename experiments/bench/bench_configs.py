@@ -46,6 +46,8 @@ ALIGNED_PRODUCTS_KEY = f"{ALGO_PARAMS}.aligned_products"
 COMBO_KERNELS_KEY = f"{ALGO_PARAMS}.combo_kernels"
 #: The patched config's Inductor coordinate-descent tuning of the learner's Triton kernels (uni_rl 0044, unilab 0029).
 COORDINATE_DESCENT_TUNING_KEY = f"{ALGO_PARAMS}.coordinate_descent_tuning"
+#: The patched config's SMs the learner's captured products leave to the env's stream (uni_rl 0046, unilab 0032).
+SM_CARVEOUT_KEY = f"{ALGO_PARAMS}.sm_carveout"
 #: The patched config's single-rank CPU split (unilab patch 0002): CPUs kept for the learner.
 LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
 #: The patched config's choice of who steps the env (unilab patch 0007): ``host`` or ``device``.
@@ -253,6 +255,11 @@ CONFIGS: dict[str, BenchConfig] = {
                           "Triton kernels' block sizes and warps (uni_rl 0044: a reduction's tiling may change; "
                           "the compile takes longer): compare with patched-default for what tuned Triton kernels "
                           "gain"),
+        BenchConfig("sm-carveout-32", "patched defaults + the learner's captured products leaving 32 SMs free",
+                    "overlay", (("sm_carveout", 32),), requires_key=SM_CARVEOUT_KEY,
+                    notes="the learner's CUDA graphs captured with cuBLAS products sized for 32 fewer SMs (uni_rl "
+                          "0046), so that the device env's physics on its own stream finds SMs free while they "
+                          "run: compare with patched-default for what the physics' shorter stretch gains"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),
