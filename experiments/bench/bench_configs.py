@@ -77,7 +77,7 @@ LEGACY_NAMES: dict[str, str] = {
     "iteration-graph-inference": "whole-cycle-graph-inference",
 }
 
-Switches = tuple[tuple[str, bool], ...]
+Switches = tuple[tuple[str, bool | int], ...]
 
 #: The learning-rate schedule of UniLab 1.3.2's flashsac config.yaml (one schedule for actor, critic and
 #: temperature; ``actor_lr``/``critic_lr`` are not read by the learner). tests/test_parity.py compares it
@@ -151,7 +151,7 @@ class BenchConfig:
             training.setdefault("compile_behind", "false")
         return algo + values + tuple(f"training.{key}={value}" for key, value in training.items())
 
-    def learner_switches(self) -> dict[str, bool]:
+    def learner_switches(self) -> dict[str, bool | int]:
         """The switches as ``FlashSACLearner`` keyword arguments (the studies build learners from them)."""
         return dict(self.switches)
 
@@ -317,11 +317,12 @@ NUMERICS_STUDY: dict[str, str | tuple[str, ...]] = {
     "full_objective_compile_manual_graphs": "compile-graphs",
     "whole_cycle_graph": "whole-cycle-graph-inference",
     # The learner switches the tree's config sets, each on the default whole-iteration graph: aligned products
-    # (the tree's default since unilab 0028), combo kernels (since unilab 0027) and coordinate-descent tuning (off
-    # until measured); the learner's own defaults are off.
+    # (the tree's default since unilab 0028), combo kernels (since unilab 0027), coordinate-descent tuning and the
+    # products' SM carveout (both off until measured); the learner's own defaults are off.
     "whole_cycle_graph_aligned_products": ("whole-cycle-graph-inference", "aligned-products"),
     "whole_cycle_graph_combo_kernels": ("whole-cycle-graph-inference", "combo-kernels"),
     "whole_cycle_graph_coordinate_descent_tuning": ("whole-cycle-graph-inference", "coordinate-descent-tuning"),
+    "whole_cycle_graph_sm_carveout": ("whole-cycle-graph-inference", "sm-carveout-32"),
 }
 #: The replay-stability study's graph paths (validate_replay_stability.py --paths; keys of its report).
 REPLAY_STUDY: dict[str, str] = {
@@ -400,7 +401,7 @@ def canonical_name(name: str) -> str:
     return LEGACY_NAMES.get(name, name)
 
 
-def study_switches(study: dict[str, str] | dict[str, str | tuple[str, ...]]) -> dict[str, dict[str, bool]]:
+def study_switches(study: dict[str, str] | dict[str, str | tuple[str, ...]]) -> dict[str, dict[str, bool | int]]:
     """A study's learner switches per study name, from the table (``NUMERICS_STUDY``, ``REPLAY_STUDY``); a name
     with several configurations takes their switches together."""
     return {name: {key: value for config in ((configs,) if isinstance(configs, str) else configs)

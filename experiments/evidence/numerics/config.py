@@ -29,7 +29,7 @@ LEARNER_KWARGS: dict[str, Any] = {
 GPU_LEARNER_KWARGS = dict(GPU_HIDDEN_DIMS)
 
 #: The patched configurations of GPU mode, their switches from the one configuration table.
-GPU_CONFIGS: dict[str, dict[str, bool]] = bench_configs.study_switches(bench_configs.NUMERICS_STUDY)
+GPU_CONFIGS: dict[str, dict[str, bool | int]] = bench_configs.study_switches(bench_configs.NUMERICS_STUDY)
 
 # Snapshots (``"<update>:<phase>"``, taken before that phase of that update).
 # After the first iteration (2 critic, 1 actor, 2 target updates): reported (tier A).
