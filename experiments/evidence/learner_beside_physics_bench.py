@@ -19,10 +19,10 @@ it captures as one graph. Then for ``--rounds`` rounds, blocks of ``--steps`` it
 physics alone (one replay per iteration, on the env's stream), and per carveout the learner alone (one iteration)
 and both together, started together each iteration as in training (each stream waits for the other's previous
 iteration), the physics on the env's stream and the learner on torch's; every other round runs them in the reverse
-order. CUDA events time each stream's span per iteration; a block's figure is its mean, an arm's its median block. The JSON gives, per carveout, the physics'
-stretch beside the learner (together minus alone), the learner's time alone and together, and the iteration (the
-later of the two streams' ends). The learner learns on random batches and the physics steps from where the env's
-warm-up left it: times, not training.
+order. CUDA events time each stream's span per iteration; a block's figure is its mean, an arm's its median block.
+The JSON gives, per carveout, the physics' stretch beside the learner (together minus alone), the learner's time
+alone and together, and the iteration (the later of the two streams' ends). The learner learns on random batches
+and the physics steps from where the env's warm-up left it: times, not training.
 
 Run from a UniLab tree root with the overlay first on ``PYTHONPATH``, on a CUDA device. ``--cpu-smoke`` builds
 both on the CPU and runs each arm eagerly once (no streams, no graphs, no figures: a smoke run, so that a GPU's
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--carveouts", type=int, nargs="+", default=[0, 16, 32],
                         help="SMs the learner's matrix products leave to others (0: torch's default)")
     parser.add_argument("--steps", type=int, default=50, help="iterations per block")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4, help="an even count: each order as often")
     parser.add_argument("--warm-steps", type=int, default=20, help="env steps before the physics is captured")
     parser.add_argument("--cpu-smoke", action="store_true", help="both built on the CPU, each arm once (no figures)")
     parser.add_argument("--output", type=Path, required=True)
@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         blocks[f"learner alone, carveout {carveout}"] = []
         blocks[f"together, carveout {carveout}"] = []
     for round_index in range(args.rounds):
-        # Every other round in the reverse order: a drift of the GPU's pace over the run favours no arm.
+        # Every other round in the reverse order: over an even count of rounds a steady drift of the GPU's pace
+        # favours no arm.
         order = list(learners.items())[::-1 if round_index % 2 else 1]
         if not round_index % 2:
             blocks["physics alone"].append(alone(physics.replay, env_stream, args.steps))
