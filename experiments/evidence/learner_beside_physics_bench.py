@@ -9,20 +9,20 @@ suspect is the learner's matrix products: cuBLAS's kernels on Hopper may be pers
 taking several tiles), so while one runs no SM is free for the physics' small kernels, whatever the streams'
 priorities. torch can ask cuBLASLt to leave SMs free (``torch._C._set_sm_carveout_experimental``: the products'
 kernels are chosen for that many fewer SMs); the choice is made when a product is called, so for a CUDA graph when
-it is captured.
+it is captured. The learner's ``sm_carveout`` switch (uni_rl 0046) sets it around its captures.
 
 This bench builds, at ``--setting`` (the report's at its 2/1/1 schedule), the learner as training does
 (``learner_kernel_profile``'s builder: the tree's config, G1 Walk Flat's dimensions, the whole-iteration graph
-captured at its warm-up), once per ``--carveouts`` value (0: none, torch's default), and the device env of the
-tree's ``g1_walk_flat/mjwarp`` config at the setting's env count in the product's form, whose MuJoCo Warp substeps
-it captures as one graph. Then for ``--rounds`` rounds, blocks of ``--steps`` iterations alternate between: the
-physics alone (one replay per iteration, on the env's stream), and per carveout the learner alone (one iteration)
-and both together, started together each iteration as in training (each stream waits for the other's previous
-iteration), the physics on the env's stream and the learner on torch's; every other round runs them in the reverse
-order. CUDA events time each stream's span per iteration; a block's figure is its mean, an arm's its median block.
-The JSON gives, per carveout, the physics' stretch beside the learner (together minus alone), the learner's time
-alone and together, and the iteration (the later of the two streams' ends). The learner learns on random batches
-and the physics steps from where the env's warm-up left it: times, not training.
+captured at its warm-up), once per ``--carveouts`` value as its ``sm_carveout`` (0: none, torch's default), and the
+device env of the tree's ``g1_walk_flat/mjwarp`` config at the setting's env count in the product's form, whose
+MuJoCo Warp substeps it captures as one graph. Then for ``--rounds`` rounds, blocks of ``--steps`` iterations
+alternate between: the physics alone (one replay per iteration, on the env's stream), and per carveout the learner
+alone (one iteration) and both together, started together each iteration as in training (each stream waits for the
+other's previous iteration), the physics on the env's stream and the learner on torch's; every other round runs them
+in the reverse order. CUDA events time each stream's span per iteration; a block's figure is its mean, an arm's its
+median block. The JSON gives, per carveout, the physics' stretch beside the learner (together minus alone), the
+learner's time alone and together, and the iteration (the later of the two streams' ends). The learner learns on
+random batches and the physics steps from where the env's warm-up left it: times, not training.
 
 Run from a UniLab tree root with the overlay first on ``PYTHONPATH``, on a CUDA device. ``--cpu-smoke`` builds
 both on the CPU and runs each arm eagerly once (no streams, no graphs, no figures: a smoke run, so that a GPU's
@@ -52,21 +52,17 @@ from learner_study import runner_schedule, update_iteration, warm_up  # noqa: E4
 
 
 def build_learner(cfg: Any, dims: dict[str, int], device: torch.device, carveout: int) -> Callable[[], None]:
-    """The learner of ``cfg`` built and warmed up with ``carveout`` SMs left to others (0: torch's default), and one
-    iteration of it on random batches already on the device."""
+    """The learner of ``cfg`` with its ``sm_carveout`` switch at ``carveout`` (0: torch's default), warmed up (its
+    graph captured), and one iteration of it on random batches already on the device."""
     from uni_rl.algos.flash_sac.double_buffer import flashsac_learner_kwargs
     from uni_rl.algos.flash_sac.learner import FlashSACLearner
 
-    torch._C._set_sm_carveout_experimental(carveout or None)  # noqa: SLF001 - read when a product is captured
-    try:
-        torch.manual_seed(int(cfg.algo.seed))
-        learner = FlashSACLearner(device=str(device), **flashsac_learner_kwargs(cfg, **dims))
-        updates, frequency = int(cfg.algo.updates_per_step), int(cfg.algo.policy_frequency)
-        batches = random_batches(dims, int(cfg.algo.batch_size), updates, device)
-        schedule = runner_schedule(updates, frequency)
-        warm_up(learner, {k: torch.zeros_like(v) for k, v in batches[0].items()}, updates, frequency)
-    finally:
-        torch._C._set_sm_carveout_experimental(None)  # noqa: SLF001
+    torch.manual_seed(int(cfg.algo.seed))
+    learner = FlashSACLearner(device=str(device), **{**flashsac_learner_kwargs(cfg, **dims), "sm_carveout": carveout})
+    updates, frequency = int(cfg.algo.updates_per_step), int(cfg.algo.policy_frequency)
+    batches = random_batches(dims, int(cfg.algo.batch_size), updates, device)
+    schedule = runner_schedule(updates, frequency)
+    warm_up(learner, {k: torch.zeros_like(v) for k, v in batches[0].items()}, updates, frequency)
     return lambda: update_iteration(learner, batches, schedule)
 
 
