@@ -24,11 +24,13 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import runnable_tree
+from forked_runs import ForkServer
 
 PROJECT = Path(__file__).resolve().parents[1]
 BENCH = PROJECT / "experiments" / "bench"
@@ -83,14 +85,27 @@ except ValueError as exc:
 """
 
 
-def _resolve(tree: tuple[Path, Path], overrides: list[str]) -> list[str]:
-    """What the patched tree's Hydra config and the trainer's own device env resolver make of ``overrides``."""
+@pytest.fixture(scope="module")
+def composed(tree: tuple[Path, Path]) -> Iterator[Callable[..., str]]:
+    """The last line a script (``RESOLVE``, ``STREAM``) prints for the patched tree's Hydra config composed with
+    overrides: each a process of its own, forked from one that imported Hydra and UniLab's trainer (forked_runs)."""
     root, overlay = tree
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", RESOLVE, str(root / "src/unilab/conf/flashsac"),
-                           *overrides], cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().splitlines()[-1].split(" ", 3)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (overlay, root / "src")))
+    server = ForkServer(("hydra", "unilab.scripts.train_offpolicy"), env=env, cwd=root, flags=("-W", "ignore"))
+
+    def run(code: str, *overrides: str) -> str:
+        returncode, out, err = server.run(str(root / "src/unilab/conf/flashsac"), *overrides, code=code, timeout=300)
+        assert returncode == 0, err[-3000:]
+        return out.strip().splitlines()[-1]
+
+    yield run
+    server.close()
+
+
+def _resolve(composed: Callable[..., str], overrides: list[str]) -> list[str]:
+    """What the patched tree's Hydra config and the trainer's own device env resolver make of ``overrides``."""
+    return composed(RESOLVE, *overrides).split(" ", 3)
 
 
 def _overrides(*argv: str) -> list[str]:
@@ -99,29 +114,30 @@ def _overrides(*argv: str) -> list[str]:
     return [o for o in bench_options.hydra_overrides(args, Path("/logs")) if not o.startswith("training.log_dir=")]
 
 
-def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_env(tree: tuple[Path, Path]) -> None:
+def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_env(
+        composed: Callable[..., str]) -> None:
     overrides = _overrides("--backend", "mjwarp", "--collector", "device")
     assert "training.collector=device" in overrides and "task=g1_walk_flat/mjwarp" in overrides
-    assert _resolve(tree, overrides) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
+    assert _resolve(composed, overrides) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
     # The patched tree's MJWarp owner trains with the device collector by default (unilab 0011), so the bench
     # names the collector of every run on the patched tree; the pristine tree has no key (references: none).
     default = [o for o in _overrides("--backend", "mjwarp") if not o.startswith(bench_configs.COLLECTOR_KEY)]
-    assert _resolve(tree, default) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
+    assert _resolve(composed, default) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
     host = _overrides("--backend", "mjwarp")
     assert f"{bench_configs.COLLECTOR_KEY}=host" in host
-    assert _resolve(tree, host) == ["host", "mjwarp", "256", "None"]
+    assert _resolve(composed, host) == ["host", "mjwarp", "256", "None"]
     mujoco = _overrides("--backend", "mujoco")
     assert f"{bench_configs.COLLECTOR_KEY}=host" in mujoco
-    assert _resolve(tree, mujoco) == ["host", "mujoco", "256", "None"]
+    assert _resolve(composed, mujoco) == ["host", "mujoco", "256", "None"]
     reference = _overrides("--backend", "mujoco", "--config", "baseline-1.3.2")
     assert not [o for o in reference if o.startswith(bench_configs.COLLECTOR_KEY)]
     # Control: the device collector forced onto CPU MuJoCo is refused by the trainer as by the bench.
     forced = [*_overrides("--backend", "mujoco"), "training.collector=device"]
-    collector, sim, _, found = _resolve(tree, forced)
+    collector, sim, _, found = _resolve(composed, forced)
     assert (collector, sim) == ("device", "mujoco") and found.startswith("refused: training.collector=device")
 
 
-def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: tuple[Path, Path]) -> None:
+def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(composed: Callable[..., str]) -> None:
     """``training.device_env_stream``, ``device_env_sensors``, ``device_env_draws_ahead``, ``device_env_reset``,
     ``device_env_terms`` and ``device_env_step_split``: the tree's defaults pass the factory nothing (its env takes a
     stream of its own, computes the sensors in the last substep only, takes its draws ahead, does its work around the
@@ -134,14 +150,8 @@ def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(tree: 
     (device-env-draws-in-step) for the draws in the step; the fused work and the reset when done are each refused
     with draws in the step, saying what to set; anything else is a one-line error (control: a typo is not taken for
     the default)."""
-    root, overlay = tree
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (overlay, root / "src"))))
-
     def kwargs(*overrides: str) -> str:
-        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", STREAM, str(root / "src/unilab/conf/flashsac"),
-                               *overrides], cwd=root, env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout.strip().splitlines()[-1]
+        return composed(STREAM, *overrides)
 
     warp = [o for o in bench_configs.CONFIGS["device-env-warp-stream"].overrides if "device_env_stream" in o]
     assert kwargs() == "[]" and kwargs(*warp) == "[('own_stream', False)]"

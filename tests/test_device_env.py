@@ -1,9 +1,10 @@
 """The device-resident G1 Walk Flat env (unilab patch: ``unilab.envs.device``) is the task of UniLab 1.3.2.
 
-Every check runs ``experiments/evidence/device_env_check.py`` in a fresh process from the applied tree, on MuJoCo Warp's
-CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, not only its pieces. The checks
-are independent processes and run side by side, one per core with one torch thread (conftest.SideBySide); each
-test asserts on its own.
+Every check runs ``experiments/evidence/device_env_check.py`` in a process of its own from the applied tree, on MuJoCo
+Warp's CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, not only its pieces. Each
+process is forked from an interpreter that imported the check's modules once (``forked_runs``: the imports were
+most of a fresh process's time). The checks are independent and run side by side, one per core with one torch
+thread (conftest.SideBySide); each test asserts on its own.
 
 1. Fed UniLab's own NumPy draws, the device env steps the NumPy env's trajectory: 16 envs x 200 steps of
    random actions with 1 s episodes (terminations and time-outs, dozens of resets), both observation groups,
@@ -44,9 +45,9 @@ test asserts on its own.
    scaled by 1.001 differs at the first step; the reset's gains written to the actuators in reverse order differ at
    the first time-out.
 12. The step's timestamps of its parts (``step_stamps``: the collector's split of the env step into the physics,
-   the terms and the reset) put each part's time where it is spent: 200 ms added to one part of every step (the
-   physics' substeps, the fused work after them, the reset's conditional) grows that part's median step by at
-   least 80 % of it and moves the others by less than 30 %, and every read of the ring (a copy, as the collector
+   the terms and the reset) put each part's time where it is spent: 300 ms added to one part of every step (the
+   physics' substeps, the fused work after them, the reset's conditional) grows that part in the fastest of four
+   steps by at least 80 % of it and moves the others by less than 30 %, and every read of the ring (a copy, as the collector
    reads it) sees exactly the step since the last one as the ring goes round. The stamp kernel's CUDA side (its read of the
    device clock) builds as an sm_90 cubin with Warp's compiler. Control: the physics' stamp taken before the
    physics moves the physics' time into the terms.
@@ -70,7 +71,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ONE_THREAD, PROJECT, SideBySide, runnable_tree
+from conftest import CORES, ONE_THREAD, PROJECT, SideBySide, runnable_tree
+from forked_runs import ForkServer
 
 CHECK = PROJECT / "experiments" / "evidence" / "device_env_check.py"
 
@@ -80,16 +82,17 @@ def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, 
     return runnable_tree(applied_session[0], tmp_path_factory.mktemp("device-env") / "unilab"), applied_session[1]
 
 
-def check(tree: tuple[Path, Path], *args: str) -> tuple[int, dict, str]:
-    root, overlay = tree
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable",
-               UNISIM_MJWARP_ALLOW_CPU="1", CUDA_VISIBLE_DEVICES="", **ONE_THREAD)
-    proc = subprocess.run([sys.executable, str(CHECK), *args], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=900, check=False)
-    lines = proc.stdout.strip().splitlines()
-    result = json.loads(lines[-1]) if proc.returncode in (0, 1) and lines else {}
-    return proc.returncode, result, proc.stderr
+#: What the checks import after their top level (the env's backend, MuJoCo Warp, the task): the fork server
+#: imports them once.
+LATE_IMPORTS = ("mujoco_warp", "unisim.backend.mjwarp.backend", "unilab.tasks.locomotion.g1.manager_terms",
+                "unilab.envs.device")
+
+
+def check(checks: ForkServer, *args: str) -> tuple[int, dict, str]:
+    rc, out, err = checks.run(*args)
+    lines = out.strip().splitlines()
+    result = json.loads(lines[-1]) if rc in (0, 1) and lines else {}
+    return rc, result, err
 
 
 TWIN_MISSING = ("+reward.penalty_lin_vel_z={func: unilab.tasks.locomotion.common.sensor_reward_terms.lin_vel_z,"
@@ -146,13 +149,20 @@ SEQUENCES = {
 
 @pytest.fixture(scope="module")
 def checks(request: pytest.FixtureRequest, tree: tuple[Path, Path]) -> Iterator[SideBySide]:
-    def in_order(*runs: tuple[str, ...]) -> tuple:
-        return tuple(check(tree, *args) for args in runs)
+    root, overlay = tree
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=os.pathsep.join([str(overlay), str(root / "src")]), MUJOCO_GL="disable",
+               UNISIM_MJWARP_ALLOW_CPU="1", CUDA_VISIBLE_DEVICES="", **ONE_THREAD)
+    forked = ForkServer(LATE_IMPORTS, env=env, cwd=root, script=CHECK).start(CORES)
 
-    runs = SideBySide(request).start({**{name: functools.partial(check, tree, *args) for name, args in CHECKS.items()},
+    def in_order(*runs: tuple[str, ...]) -> tuple:
+        return tuple(check(forked, *args) for args in runs)
+
+    runs = SideBySide(request).start({**{name: functools.partial(check, forked, *args) for name, args in CHECKS.items()},
                                       **{name: functools.partial(in_order, *runs) for name, runs in SEQUENCES.items()}})
     yield runs
     runs.close()
+    forked.close()
 
 
 @pytest.fixture
