@@ -45,7 +45,7 @@ thread (conftest.SideBySide); each test asserts on its own.
    scaled by 1.001 differs at the first step; the reset's gains written to the actuators in reverse order differ at
    the first time-out.
 12. The step's timestamps of its parts (``step_stamps``: the collector's split of the env step into the physics,
-   the terms and the reset) put each part's time where it is spent: 300 ms added to one part of every step (the
+   the terms and the reset) put each part's time where it is spent: 1 s added to one part of every step (the
    physics' substeps, the fused work after them, the reset's conditional) grows that part in the fastest of four
    steps by at least 80 % of it and moves the others by less than 30 %, and every read of the ring (a copy, as the collector
    reads it) sees exactly the step since the last one as the ring goes round. The stamp kernel's CUDA side (its read of the
