@@ -1,5 +1,9 @@
 """The GPU-only evidence tools behave on the CPU, so that a lent GPU's minutes are not lost to a broken script.
 
+The learner kernel profile's, the env form bench's and the beside-physics bench's smoke runs are marked extended
+(``make test-extended``, to run before a GPU call); the block width bench's bitwise check and the refusals stay in
+``make test``.
+
 - ``experiments/evidence/learner_kernel_profile.py`` runs on the CPU as a smoke run: the learner built as training
   builds it (G1 Walk Flat's dimensions from its env), warmed up, timed and profiled; the operations it counts add
   up over their kinds, and the per-update path, the learner without aligned products and combo kernels and with
@@ -33,6 +37,11 @@ from conftest import ONE_THREAD, PROJECT, runnable_tree
 EVIDENCE = PROJECT / "experiments" / "evidence"
 
 
+#: A smoke run of a GPU study's script on the CPU (tens of seconds on two cores): ``make test-extended`` runs it before
+#: a GPU call; the default suite keeps the checks that compare something.
+SMOKE_RUN = pytest.mark.extended
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, Path]) -> tuple[Path, Path]:
     return runnable_tree(applied_session[0], tmp_path_factory.mktemp("gpu-tools") / "unilab"), applied_session[1]
@@ -47,6 +56,7 @@ def _run(tree: tuple[Path, Path], script: str, *args: str, **extra: str) -> subp
                           capture_output=True, text=True, timeout=600, check=False)
 
 
+@SMOKE_RUN
 def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> None:
     proc = _run(tree, "learner_kernel_profile.py", "--setting", "report", "--updates-per-step", "2",
                 "--iterations", "2", "--profiled", "1", "--per-update", "--no-aligned-products", "--no-combo-kernels",
@@ -66,6 +76,7 @@ def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> 
     assert profile["largest"] and all(entry["us_per_iteration"] >= 0 for entry in profile["largest"]), profile
 
 
+@SMOKE_RUN
 def test_the_env_form_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: Path) -> None:
     out = tmp_path / "forms.json"
     proc = _run(tree, "device_env_bench.py", "--forms", "torch", "fused-when-done", "fused-when-done-all-sensors",
@@ -98,6 +109,7 @@ def test_the_block_width_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path
     assert run["median_ms_per_step"] == {} and set(run["first_step_s"]) == set(result["variants"]), run
 
 
+@SMOKE_RUN
 def test_the_learner_beside_physics_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: Path) -> None:
     out = tmp_path / "beside.json"
     proc = _run(tree, "learner_beside_physics_bench.py", "--cpu-smoke", "--carveouts", "16", "--output", str(out),
