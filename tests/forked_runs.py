@@ -12,9 +12,9 @@ run changes (a control's patched method, a generator it draws from, Warp's runti
 own process. The server only imports, so it holds no threads or devices to fork.
 
 The server (``python [FLAGS] forked_runs.py [--script SCRIPT] MODULE...``) imports the script's top level (not its
-``__main__`` block: a script keeps its work there) and each MODULE (what the runs import later, such as an env's backend), then reads one JSON
-request per line (``argv``; ``code`` for ``-c``; ``stdout``, ``stderr``: file paths; ``timeout``: seconds) and
-answers each with the run's exit status (a negative number: the signal that ended it, SIGALRM at its timeout).
+``__main__`` block: a script keeps its work there) and each MODULE (what the runs import later, such as an env's
+backend), then reads one JSON request per line (``argv``; ``code`` for ``-c``; ``stdout``, ``stderr``: file paths;
+``timeout``: seconds) and answers each with the run's exit status (a negative number: the signal that ended it, SIGALRM at its timeout).
 """
 
 from __future__ import annotations

@@ -47,9 +47,9 @@ thread (conftest.SideBySide); each test asserts on its own.
 12. The step's timestamps of its parts (``step_stamps``: the collector's split of the env step into the physics,
    the terms and the reset) put each part's time where it is spent: 1 s added to one part of every step (the
    physics' substeps, the fused work after them, the reset's conditional) grows that part in the fastest of four
-   steps by at least 80 % of it and moves the others by less than 30 %, and every read of the ring (a copy, as the collector
-   reads it) sees exactly the step since the last one as the ring goes round. The stamp kernel's CUDA side (its read of the
-   device clock) builds as an sm_90 cubin with Warp's compiler. Control: the physics' stamp taken before the
+   steps by at least 80 % of it and moves the others by less than 30 %, and every read of the ring (a copy, as the
+   collector reads it) sees exactly the step since the last one as the ring goes round. The stamp kernel's CUDA side
+   (its read of the device clock) builds as an sm_90 cubin with Warp's compiler. Control: the physics' stamp taken before the
    physics moves the physics' time into the terms.
 13. Without the acceleration stage of the sensors (the default: G1 Walk Flat reads none of its accelerometers and
    contact sensors), the env outputs, every other sensor and every MuJoCo Warp array but the post-constraint RNE's
@@ -158,8 +158,9 @@ def checks(request: pytest.FixtureRequest, tree: tuple[Path, Path]) -> Iterator[
     def in_order(*runs: tuple[str, ...]) -> tuple:
         return tuple(check(forked, *args) for args in runs)
 
-    runs = SideBySide(request).start({**{name: functools.partial(check, forked, *args) for name, args in CHECKS.items()},
-                                      **{name: functools.partial(in_order, *runs) for name, runs in SEQUENCES.items()}})
+    runs = SideBySide(request).start({
+        **{name: functools.partial(check, forked, *args) for name, args in CHECKS.items()},
+        **{name: functools.partial(in_order, *runs) for name, runs in SEQUENCES.items()}})
     yield runs
     runs.close()
     forked.close()

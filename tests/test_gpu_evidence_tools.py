@@ -38,7 +38,7 @@ EVIDENCE = PROJECT / "experiments" / "evidence"
 
 
 #: A smoke run of a GPU study's script on the CPU (tens of seconds on two cores): ``make test-extended`` runs it before
-#: a GPU call; the default suite keeps the checks that compare something.
+#: a GPU call; the default suite keeps the block width bench's bitwise check and the refusals.
 SMOKE_RUN = pytest.mark.extended
 
 
@@ -119,6 +119,10 @@ def test_the_learner_beside_physics_bench_runs_on_the_cpu(tree: tuple[Path, Path
     assert result["study"] == "learner-beside-physics" and result["device"] == "cpu", result
     assert (result["updates_per_step"], result["policy_frequency"], result["batch_size"]) == (2, 2, 256), result
     assert result["carveouts"] == [0, 16] and set(result["learner_iteration_s"]) == {"0", "16"}, result
+
+
+def test_the_learner_beside_physics_bench_refuses_a_machine_without_cuda(tree: tuple[Path, Path],
+                                                                         tmp_path: Path) -> None:
     refused = _run(tree, "learner_beside_physics_bench.py", "--output", str(tmp_path / "refused.json"))
     assert refused.returncode == 2 and not (tmp_path / "refused.json").exists(), refused.stderr[-2000:]
     assert refused.stderr.strip().splitlines()[-1] == (
