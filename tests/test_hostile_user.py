@@ -136,7 +136,7 @@ def test_structurally_invalid_json_is_one_line(checkout: Path, overlay: Path, ru
 def test_stray_patch_is_refused(checkout: Path, run_patchset: Runner, tmp_path: Path) -> None:
     patches = tmp_path / "patches"
     shutil.copytree(PROJECT / "patches", patches)
-    shutil.copy(patches / "uni_rl" / "0001-normalizer-state-in-place.patch", patches / "uni_rl" / "0010-stray.patch")
+    shutil.copy(patches / "uni_rl" / "0001-learner-reads-no-host-scalars.patch", patches / "uni_rl" / "0010-stray.patch")
     before = tree_hashes(checkout)
     one_line(run_patchset("apply", "--unilab", str(checkout), "--patches", str(patches)),
              "patch uni_rl/0010-stray.patch is not listed in")
@@ -285,3 +285,38 @@ def test_an_overlay_no_checkout_uses_is_refused_with_what_to_delete(checkout: Pa
     shutil.rmtree(overlay / "unisim")
     one_line(run_patchset("apply", "--unilab", str(checkout)), f"{manifest_file} remains but its packages are "
                                                                f"missing; no checkout uses it: delete {manifest_file},")
+
+
+def project_with_versions(dest: Path, versions: bytes) -> Path:
+    """A copy of the applier beside a VERSIONS.env of the test's own (the applier reads the one of its project);
+    returns the PYTHONPATH that runs it."""
+    shutil.copytree(PROJECT / "scripts" / "patchset", dest / "scripts" / "patchset",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "VERSIONS.env").write_bytes(versions)
+    return dest / "scripts"
+
+
+#: VERSIONS.env damaged, the command run on it and what its one line must say.
+BAD_VERSIONS = {
+    "a key missing": (lambda text: b"".join(line for line in text.splitlines(True)
+                                            if not line.startswith(b"UNILAB_COMMIT=")), "apply",
+                      "VERSIONS.env has no UNILAB_COMMIT= line"),
+    "empty": (lambda text: b"", "apply", "VERSIONS.env has no UNILAB_VERSION= line (the file is empty)"),
+    "non-UTF-8 (apply)": (lambda text: text.replace(b"1.3.2", b"1.3.\xff", 1), "apply",
+                          "VERSIONS.env:2 is not UTF-8 text (byte 0xff)"),
+    "non-UTF-8 (status)": (lambda text: text.replace(b"1.3.2", b"1.3.\xff", 1), "status",
+                           "VERSIONS.env:2 is not UTF-8 text (byte 0xff)"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(BAD_VERSIONS))
+def test_a_damaged_versions_file_is_one_line(checkout: Path, overlay: Path, tmp_path: Path, damage: str) -> None:
+    """A VERSIONS.env without a key the run reads, empty, or with non-UTF-8 bytes: one line naming the file and the
+    key (or the line that is not UTF-8), exit 1 (not an internal error), nothing changed."""
+    edit, command, needle = BAD_VERSIONS[damage]
+    scripts = project_with_versions(tmp_path / "project", edit((PROJECT / "VERSIONS.env").read_bytes()))
+    before, overlay_before = tree_hashes(checkout), tree_hashes(overlay)
+    proc = patchset(overlay, command, "--unilab", str(checkout), "--patches", str(PROJECT / "patches"),
+                    env={"PYTHONPATH": str(scripts)})
+    one_line(proc, f"{tmp_path / 'project' / needle}")
+    assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before

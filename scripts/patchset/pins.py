@@ -28,18 +28,39 @@ GPU_PHYSICS_PINS = {
 }
 
 
-def load_pins(path: Path = VERSIONS_FILE) -> dict[str, str]:
+class Pins(dict[str, str]):
+    """VERSIONS.env's KEY=VALUE pairs. Reading a key the file lacks is a one-line refusal naming the file and the
+    key, not a KeyError: every reader (the applier, the offline tools, the benches) then stops with a line that
+    says what to restore, and the applier before anything changed, since it reads its pins before it writes."""
+
+    def __init__(self, path: Path, pairs: dict[str, str]) -> None:
+        super().__init__(pairs)
+        self.path = path
+
+    def __missing__(self, key: str) -> str:
+        empty = " (the file is empty)" if not self else ""
+        raise PatchsetError(f"{self.path} has no {key}= line{empty}; restore the file with git")
+
+
+def load_pins(path: Path = VERSIONS_FILE) -> Pins:
     """Parse KEY=VALUE lines; comments and blank lines are ignored, anything else is an error."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        number = raw[:exc.start].count(b"\n") + 1
+        raise PatchsetError(f"{path}:{number} is not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
+                            "restore the file with git") from None
     pins: dict[str, str] = {}
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
             continue
-        key, sep, value = line.partition("=")
+        key, sep, value = stripped.partition("=")
         if not sep or not key.strip():
-            raise PatchsetError(f"{path.name}:{number}: expected KEY=VALUE, got {raw!r}")
+            raise PatchsetError(f"{path}:{number}: expected KEY=VALUE, got {line!r}")
         pins[key.strip()] = value.strip()
-    return pins
+    return Pins(path, pins)
 
 
 @dataclass(frozen=True)
