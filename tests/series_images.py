@@ -1,7 +1,7 @@
 """The fully applied trees of (a prefix of) the series, planned in memory over the pristine pinned trees.
 
-Shared by the split-equivalence record (tests/data/split-*.json, written by `python tests/series_images.py
-record`) and the tests that check a series against it: one digest per target over every file of that target's
+Shared by the sameness record of an earlier series (tests/data/series-*.json, written by `python
+tests/series_images.py record`) and the test that checks the current series against it: one digest per target over every file of that target's
 tree with the patches applied (path, sha256 and mode of each), plus the post-image sha256 of each touched file.
 """
 
@@ -22,8 +22,8 @@ from patchset.series import Patch, load_series  # noqa: E402
 from patchset.targets import TARGETS  # noqa: E402
 
 
-def applied_trees(patches: list[Patch], trees: dict[str, Files]) -> dict[str, dict[str, Any]]:
-    """target -> {"tree_sha256": digest of the whole applied tree, "post": {touched path: post sha256}}."""
+def applied_files(patches: list[Patch], trees: dict[str, Files]) -> dict[str, tuple[Files, dict[str, str]]]:
+    """target -> (every file of the applied tree, {touched path: post sha256}), planned exactly in memory."""
     out = {}
     for target in TARGETS:
         files = dict(trees[target])
@@ -34,12 +34,22 @@ def applied_trees(patches: list[Patch], trees: dict[str, Files]) -> dict[str, di
                 files.pop(rel, None)
             else:
                 files[rel] = (change.post, files[rel][1] if rel in files else 0o644)
-        digest = hashlib.sha256()
-        for rel, (data, mode) in sorted(files.items()):
-            digest.update(f"{rel}\0{mode & 0o111:o}\0{hashlib.sha256(data).hexdigest()}\n".encode())
-        out[target] = {"tree_sha256": digest.hexdigest(),
-                       "post": {rel: c.post_sha256 for rel, c in sorted(plan.items())}}
+        out[target] = (files, {rel: c.post_sha256 for rel, c in sorted(plan.items())})
     return out
+
+
+def tree_digest(files: Files) -> str:
+    """One digest over a whole tree: each file's path, executable bits and sha256."""
+    digest = hashlib.sha256()
+    for rel, (data, mode) in sorted(files.items()):
+        digest.update(f"{rel}\0{mode & 0o111:o}\0{hashlib.sha256(data).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def applied_trees(patches: list[Patch], trees: dict[str, Files]) -> dict[str, dict[str, Any]]:
+    """target -> {"tree_sha256": digest of the whole applied tree, "post": {touched path: post sha256}}."""
+    return {target: {"tree_sha256": tree_digest(files), "post": post}
+            for target, (files, post) in applied_files(patches, trees).items()}
 
 
 def record(patches_dir: Path) -> dict[str, Any]:

@@ -167,7 +167,10 @@ def first_patch(patches: Path) -> Path:
 
 def test_tampered_patch_refused(checkout: Path, run_patchset: Runner, patches_copy: Path) -> None:
     patch = first_patch(patches_copy)
-    patch.write_text(patch.read_text().replace("compile_full_objectives: true", "compile_full_objectives: false"))
+    lines = patch.read_text().split("\n")
+    added = next(i for i, line in enumerate(lines) if line.startswith("+") and not line.startswith("+++"))
+    lines[added] += "  # tampered"
+    patch.write_text("\n".join(lines))
     before = tree_hashes(checkout)
     line = one_line_error(run_patchset("apply", "--unilab", str(checkout), "--patches", str(patches_copy)))
     assert "was modified" in line and patch.name in line

@@ -79,11 +79,11 @@ def test_round_trip_is_byte_identical(work: tuple[Path, Path]) -> None:
 
 
 def test_changed_commit_changes_exactly_that_patch(work: tuple[Path, Path]) -> None:
-    """Negative control of the round trip: amend the docstring of the module patch 0003 creates."""
+    """Negative control of the round trip: amend the docstring of the module uni_rl 0004 creates."""
     repo, patches = work
     before = tree_hashes(patches)
     subjects = git(repo, "log", "--reverse", "--format=%H %s").splitlines()
-    sha, name = next(line.split() for line in subjects if "uni_rl/0003-" in line)
+    sha, name = next(line.split() for line in subjects if "uni_rl/0004-" in line)
     git(repo, "checkout", "-q", "-b", "edit", sha)
     path = repo / DEFERRED
     path.write_text(path.read_text().replace("read once per runner iteration.", "read once per iteration.", 1))

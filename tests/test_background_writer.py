@@ -1,4 +1,4 @@
-"""The loggers' TensorBoard scalars are written by a helper process (uni_rl 0031), and the files say the same.
+"""The loggers' TensorBoard scalars are written by a helper process (uni_rl 0012), and the files say the same.
 
 ``uni_rl.logging.background_writer.BackgroundScalarWriter`` sends each step's ``add_scalar`` calls to a spawned
 process that makes them; the event file must hold exactly what a plain ``SummaryWriter`` given the same calls

@@ -1,4 +1,4 @@
-"""Training starts on the eager path and compiles behind (uni_rl 0034, unilab 0009), on the CPU.
+"""Training starts on the eager path and compiles behind (uni_rl 0014, unilab 0009), on the CPU.
 
 - The learner's swap: a learner trained three iterations on its deferred (eager) path, swapped to its
   compiled paths through the runner's warm-up and trained on, ends bitwise where the uncompiled learner
@@ -300,7 +300,7 @@ def test_unilab_trains_with_compile_behind_and_ends_where_the_warmed_run_ends(tr
     record = summary["compile_behind"]
     assert record["helper_exit_code"] == 0 and 1 <= record["swap_iteration"] <= 300, record
     assert record["swap_pause_s"] >= 0 and record["swap_after_start_s"] >= record["helper_s"] > 0, record
-    # Graph by graph, what the helper and the swap compiled (uni_rl 0038): nothing on the CPU (the learner compiles
+    # Graph by graph, what the helper and the swap compiled (uni_rl 0014): nothing on the CPU (the learner compiles
     # on CUDA only), but the helper's list came back through its file.
     assert record["helper_frames"] == [] and record["swap_frames"] == [], record
     assert "compile_behind" not in json.loads((tmp_path / "warmed" / "run_summary.json").read_text())

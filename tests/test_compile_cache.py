@@ -1,4 +1,4 @@
-"""The warm-up's compile-artifact cache (uni_rl 0019), on the CPU with real Inductor compiles.
+"""The warm-up's compile-artifact cache (uni_rl 0008), on the CPU with real Inductor compiles.
 
 Each step is a fresh interpreter with its own empty Inductor cache folder, as on a new machine:
 a compile there is a miss unless the artifacts of an earlier process were loaded first.

@@ -1,4 +1,4 @@
-"""The device-resident collector (`training.collector=device`; uni_rl 0022-0027, unilab 0006-0007) on the CPU.
+"""The device-resident collector (`training.collector=device`; uni_rl 0010, unilab 0006-0007) on the CPU.
 
 No fake env: UniLab's real G1 Walk Flat env on CPU MuJoCo, from the tree the real applier patched, behind the
 `DeviceVecEnv` contract through a thin adapter (`tests/device_env_adapter.py`, CPU tensors). Each check runs in
@@ -167,7 +167,7 @@ def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Pat
     loaded, broken = side_by_side(
         lambda: harness(tree, tmp_path, "checkpoint", "--checkpoint", str(logs / "model_12.pt")),
         lambda: _run(tree, str(HARNESS), "checkpoint", "--checkpoint", str(logs / "model_12.pt"), "--broken"))
-    # The learner's keys and the resume state beside them (uni_rl 0030).
+    # The learner's keys and the resume state beside them (uni_rl 0011).
     assert loaded["keys"] == sorted([*loaded["learner_keys"], "training_state"])
     assert loaded["update_count"] == 12 and loaded["actor_equal"]
     assert broken.returncode != 0 and "KeyError: 'actor'" in broken.stderr
@@ -216,7 +216,7 @@ def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.Complet
     """The real device env (unilab 0006) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
     device, the task's own factory with the run's env override. The run records the form of the env's step it ran
     (the tree's defaults: its work around the physics as Warp kernels, its reset only on a step with a done row,
-    unilab 0024, 0022, 0026; no CUDA graph on the CPU)."""
+    unilab 0006; no CUDA graph on the CPU)."""
     summary = _trained_on_mjwarp(ran)
     assert summary["runtime_manifest"]["device_env"] == {
         "step_graph": "off", "stream": "none", "sensors": "position_velocity", "draws_ahead": "true",

@@ -1,4 +1,4 @@
-"""Data-parallel NCCL transport per host (uni_rl 0020): the decision from the ranks' hardware, user env wins.
+"""Data-parallel NCCL transport per host (uni_rl 0009): the decision from the ranks' hardware, user env wins.
 
 The decision is a pure function of the ranks' (host, device UUID), the deciding process's visible devices
 and a peer-access predicate (on a GPU host: torch.cuda.can_device_access_peer). Here the predicate is a

@@ -66,7 +66,7 @@ def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> 
     assert result["dims"] == {"obs_dim": 98, "critic_obs_dim": 101, "action_dim": 29}, result["dims"]
     assert result["batch_size"] == 256 and result["schedule"] == "2 updates, policy frequency 2", result
     assert result["whole_iteration_graph"] is False and result["device"] == "cpu", result
-    # aligned products and combo kernels are the tree's defaults (unilab 0028, 0027): the flags turn them off
+    # aligned products and combo kernels are the tree's defaults (unilab 0001): the flags turn them off
     assert result["aligned_products"] is False and result["combo_kernels"] is False, result
     assert result["coordinate_descent_tuning"] is True, result  # off in the tree: the flag turns it on
     profile = result["profile"]

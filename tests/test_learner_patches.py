@@ -237,7 +237,7 @@ def test_finite_guard_skip_leaves_parameters_unchanged(patched_uni_rl_root: Path
         recovered = state(l)
         weights = ("critic.", "target_critic.", "critic_optimizer.")
         print(json.dumps({
-            # Running statistics included (patch 0016): a skipped step leaves all of it.
+            # Running statistics included (uni_rl 0003): a skipped step leaves all of it.
             "critic_unchanged": same(before, after_critic, weights),
             "critic_skip_rate": bad_critic["critic_skip_rate"],
             "actor_unchanged": same(after_critic, after_actor, ("actor.", "actor_optimizer.")),
@@ -260,7 +260,7 @@ def test_finite_guard_skip_leaves_parameters_unchanged(patched_uni_rl_root: Path
     }
 
 
-# One NaN in one replayed field, then clean batches (patch 0016). Run per field: which
+# One NaN in one replayed field, then clean batches (uni_rl 0003). Run per field: which
 # steps the poison skips, whether the skipped steps left every piece of state (running
 # statistics included) bitwise as it was, and whether the next clean batch trains.
 RECOVERY = """
@@ -277,7 +277,7 @@ def recovery(fields, disable_restore=False, **switches):
     out = {}
     for field in fields:
         l = learner(finite_guard=True, deferred_metrics=True, **switches)
-        if disable_restore:  # negative control: the guard as it was before patch 0016
+        if disable_restore:  # negative control: the guard without its statistics restore
             for kind in ("critic", "actor", "normalizer"):
                 setattr(l, f"_guarded_restore_{kind}_statistics", lambda *args: None)
         cycle(l, batch(1)); cycle(l, batch(2))
@@ -329,7 +329,7 @@ def _assert_recovered(result: dict[str, Any], fields: tuple[str, ...]) -> None:
 def test_one_bad_batch_does_not_stop_learning(patched_uni_rl_root: Path) -> None:
     """Per-update path on CPU: each poisoned field skips its steps, leaves all state, then training resumes.
 
-    Negative control: with the statistics restore disabled (the guard before patch 0016) the
+    Negative control: with the statistics restore disabled (the guard without its statistics restore) the
     same NaN observation leaves NaN running statistics, the actor step is skipped on every
     later clean batch and the collector's actions are NaN.
     """
@@ -367,7 +367,7 @@ def test_one_bad_batch_does_not_stop_learning_compiled(patched_uni_rl_root: Path
     _assert_recovered(result, fields)
 
 
-# Checkpoints across versions and devices (patch 0017). ``device_rates`` gives the learner
+# Checkpoints across versions and devices (uni_rl 0005). ``device_rates`` gives the learner
 # the CUDA graph paths' learning rates, 0-d tensors that the schedulers fill in place and
 # captured graphs read (FlashSACLearner._use_device_learning_rates, which the constructor
 # calls on CUDA with manual or whole-cycle graphs); on the CPU they are CPU tensors.
@@ -452,7 +452,7 @@ print(json.dumps({{
     assert patched["resumed_equal"] is True
     assert patched["saved_types"] == ["float"]
     assert patched["raw_state_dict_types"] == ["Tensor"]  # what a raw save would write
-    assert patched["torch_load_keeps_tensor"] is False  # the defect that 0017 works around
+    assert patched["torch_load_keeps_tensor"] is False  # the defect that uni_rl 0005 works around
     back = run_snippet(pristine_uni_rl_root, CHECKPOINT + f"""
 l = make()
 l.load_state_dict(torch.load({str(new)!r}, weights_only=True))  # CPU tensors and floats only
@@ -529,7 +529,7 @@ def test_warm_up_restores_every_piece_of_state(patched_uni_rl_root: Path) -> Non
 
 
 def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_rl_root: Path) -> None:
-    """0014: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool.
+    """uni_rl 0005: the runner's warm-up compiles with every CPU; training keeps the thread budget's pool.
 
     The pool itself is run here. That the runner's warm-up enters it stays a source check
     of ``_learner_warm_up`` (GPU-only behaviour): the runner refuses a CPU learner device,
@@ -638,7 +638,7 @@ def test_builder_reads_switches_with_1_3_2_defaults(patched_uni_rl_root: Path) -
 
 
 def test_sm_carveout_is_set_around_every_learner_capture_and_set_back(patched_uni_rl_root: Path) -> None:
-    """``sm_carveout`` (uni_rl 0046): a learner argument, 0 by default, read by the builder with 0 when the config
+    """``sm_carveout`` (uni_rl 0021): a learner argument, 0 by default, read by the builder with 0 when the config
     lacks it; refused in one line below zero or not a whole number; ``products_leaving`` sets torch's carveout
     inside and sets back what was set before, also when its body raises; and every CUDA graph capture of the
     learner (``cuda_capture.capture`` in a ``with``) has ``products_leaving(self.sm_carveout)`` in the same
@@ -819,11 +819,11 @@ def test_full_objective_compile_matches_eager_on_cpu(
 
 
 def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_root: Path) -> None:
-    """``aligned_products`` (uni_rl 0039): the networks' products on zero-padded aligned widths (the prelude's
+    """``aligned_products`` (uni_rl 0018): the networks' products on zero-padded aligned widths (the prelude's
     learner has unaligned ones: 12 observations, 4 actions, a critic input of 20, 101 atoms). From the same state,
     the same batch and the same seed, a critic and an actor update with every layer padded (the layers' own switch,
     which pads on any device) give every parameter and optimizer state within 1e-6 of the learner without it (the
-    sums' order may differ), with the same shapes. The learner's switch pads only on CUDA (uni_rl 0043): on this
+    sums' order may differ), with the same shapes. The learner's switch pads only on CUDA (uni_rl 0018): on this
     CPU it keeps the requested value, pads no layer, and its update is bitwise the learner without it, as is the
     switch off. Control: padding with ones instead of zeros moves them far beyond that."""
     result = run_snippet(
@@ -879,7 +879,7 @@ def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_
 
 @pytest.mark.parametrize("switch", ["combo_kernels", "coordinate_descent_tuning"])
 def test_inductor_switches_reach_every_function_the_learner_compiles(patched_uni_rl_root: Path, switch: str) -> None:
-    """``combo_kernels`` (uni_rl 0041) and ``coordinate_descent_tuning`` (uni_rl 0044) each add the Inductor option
+    """``combo_kernels`` (uni_rl 0019) and ``coordinate_descent_tuning`` (uni_rl 0020) each add the Inductor option
     of their name to every function the learner compiles, and change nothing else of the compile: the learner's
     CUDA-only compile gate is lifted with a compile that records its arguments and compiles nothing. Control: the
     switch off passes the same calls without the option."""

@@ -1,4 +1,4 @@
-"""The mjwarp backend builds MuJoCo Warp's kernel modules before its first launch (unisim patch 0004).
+"""The mjwarp backend builds MuJoCo Warp's kernel modules before its first launch (unisim 0004).
 
 experiments/evidence/mjwarp_kernel_build.py builds the G1 Walk Flat env on MJWarp (Warp's CPU device, unisim
 0002's opt-in), resets and steps it while recording every Warp module load and who made it:
@@ -118,7 +118,7 @@ def _kernel_build_module(overlay: Path) -> Any:
 
 
 def test_cuda_modules_build_as_cubin_unless_asked_otherwise(applied_session: tuple[Path, Path]) -> None:
-    """unisim 0005: cubin by default, ptx or Warp's own choice (auto) on request; a typo is one clear error, not
+    """unisim 0004: cubin by default, ptx or Warp's own choice (auto) on request; a typo is one clear error, not
     taken for the default (the control). The physics of the two forms on an H200 is in
     results/2026-12-04-h200-warp-kernel-cache (no GPU here)."""
     module = _kernel_build_module(applied_session[1])

@@ -1,4 +1,4 @@
-"""The row-wise reset of the mjwarp adapter (unisim patch 0003) changes no result.
+"""The row-wise reset of the mjwarp adapter (unisim 0003) changes no result.
 
 1. Its scratch forward reads each reset row's own per-world model values: experiments/evidence/mjwarp_scratch_check.py
    compares a forward over every world with the scratch forward of a few rows, bitwise, on a small actuated

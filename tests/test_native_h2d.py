@@ -1,4 +1,4 @@
-"""The replay transfer builds its native H2D extension only on request (uni_rl 0033), on the CPU.
+"""The replay transfer builds its native H2D extension only on request (uni_rl 0013), on the CPU.
 
 What a GPU run cannot be trusted to show by itself, each with a control that must fail:
 

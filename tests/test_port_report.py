@@ -107,7 +107,7 @@ def test_first_patches_upstream_the_rest_applies() -> None:
 
 
 def test_one_hunk_taken_is_told_apart() -> None:
-    """A target that took one hunk (7 added lines) of patch 0001 in learner.py and nothing else: that hunk
+    """A target that took one hunk (7 added lines) of uni_rl 0001 in learner.py and nothing else: that hunk
     is upstream (the file-level merge cannot say so: the file lacks the patch's other hunks), the patch is
     partly upstream, the later hunks of that file apply 7 lines further down."""
     first = SERIES.for_target("uni_rl")[0]
@@ -140,7 +140,7 @@ def test_tampered_targets() -> None:
         by_file.setdefault(path, set()).add(verdict)
     assert by_file.pop(NORMALIZATION) == {CONFLICTS}
     assert by_file.pop(LEARNER) == {OFFSET}
-    assert by_file.pop(DEFERRED) == {CONFLICTS}  # created by patch 0003, extended by 0012: both conflict
+    assert by_file.pop(DEFERRED) == {CONFLICTS}  # created by uni_rl 0004, extended by 0005: both conflict
     assert set().union(*by_file.values()) == {APPLIES}
 
     missing = verdicts(classify("uni_rl", pinned_uni_rl({NORMALIZATION: None})))

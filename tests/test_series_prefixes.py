@@ -1,4 +1,4 @@
-"""Every prefix of the series is a working tree, and the split of uni_rl 0003/0007 changed no applied byte.
+"""Every prefix of the series is a working tree, and the curated series builds what the series before it built.
 
 For each k, the first k patches are planned exactly over the pristine pinned trees; each distinct uni_rl (and
 unisim) prefix is written out and, in a child process forked from one interpreter that imported torch, its
@@ -8,9 +8,10 @@ learner's CPU smoke test runs (critic, actor and target updates give finite metr
 then with finite_guard and deferred_metrics on where the prefix has them; every run must end with the parameters
 and statistics of unpatched 1.3.2, bit for bit (a negative control, the full series whose actor loss no longer
 detaches the temperature, must not).
-tests/data/split-0003-0007.json records the fully applied trees of the series the split replaced; the split
-patches must give exactly those trees (but for the files of a later, recorded amendment), and dropping any one
-of them must not.
+tests/data/series-3acca94a9d68.json records the fully applied trees of the series the curated one replaced
+(83 patches in the order they were written): the curated series must give exactly those trees, every file of
+every target, but for the lines the record lists as amended (comments that named patches by their old
+numbers), and dropping any one of its patches must not.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT
-from series_images import applied_trees
+from series_images import applied_files, applied_trees, tree_digest
 from patchset.overlay import build
 from patchset.scratch import pristine_trees
 from patchset.series import load_series
 
-RECORD = json.loads((PROJECT / "tests" / "data" / "split-0003-0007.json").read_text())
+RECORD = json.loads((PROJECT / "tests" / "data" / "series-3acca94a9d68.json").read_text())
 
 # Runs in a child per prefix root, `jobs` children at a time: imports and the smoke test; prints one line
 # "<root> <digests> ok" or "<root> error ...".
@@ -154,32 +155,41 @@ def test_every_prefix_applies_imports_and_trains_on_cpu(tmp_path: Path, trees: d
     assert not digests & set(lines[str(negative)].split()[1:-1]), proc.stdout
 
 
-def test_split_changes_no_applied_byte(trees: dict) -> None:
-    current = {p.name: p for p in load_series(PROJECT / "patches").patches}
-    missing = [name for name in RECORD["by"] if name not in current]
-    assert not missing, f"the split record names patches the series no longer has: {missing}"
-    patches = [current[name] for name in RECORD["by"]]
-    got = applied_trees(patches, trees)
-    # A later amendment (RECORD["amended"]) changed some files on purpose: the split series gives exactly
-    # its trees, and every other file the series touches is byte for byte what the series before the split
-    # made of it.
-    amended = RECORD["amended"]
-    assert got == amended["applied"]
-    for target, before in RECORD["applied"].items():
-        after = got[target]["post"]
-        changed = sorted(rel for rel in set(before["post"]) | set(after) if before["post"].get(rel) != after.get(rel))
-        assert changed == amended["files"].get(target, []), target
+def _as_recorded(patches: list, trees: dict) -> tuple[dict, dict]:
+    """The applied trees of ``patches`` with the record's amended lines put back as they were, and per target the
+    touched files whose post-image differs from the record's."""
+    got, differing = {}, {}
+    for target, (files, post) in applied_files(patches, trees).items():
+        files = dict(files)
+        for rel, lines in RECORD["amended"].get(target, {}).items():
+            text = files[rel][0].decode()
+            for new, old in lines:
+                assert text.count(new + "\n") == 1, (target, rel, new)
+                text = text.replace(new + "\n", old + "\n")
+            files[rel] = (text.encode(), files[rel][1])
+        before = RECORD["applied"][target]["post"]
+        differing[target] = sorted(rel for rel in set(before) | set(post) if before.get(rel) != post.get(rel))
+        got[target] = tree_digest(files)
+    return got, differing
 
 
-def test_split_record_catches_a_missing_piece(trees: dict) -> None:
-    """Negative control: the split series without any one of its new pieces is not the old trees."""
-    current = {p.name: p for p in load_series(PROJECT / "patches").patches}
-    new = [n for n in RECORD["by"] if n not in RECORD["replaced"]["patches"]]
-    assert len(new) >= 5
-    for piece in new:
-        rest = [current[n] for n in RECORD["by"] if n != piece]
+def test_curated_series_builds_the_trees_of_the_series_it_replaced(trees: dict) -> None:
+    series = load_series(PROJECT / "patches")
+    assert len(series.patches) < len(RECORD["patches"])
+    got, differing = _as_recorded(series.patches, trees)
+    # The post-images differ in exactly the amended files, and with their amended lines put back every target's
+    # whole tree (every file, touched or not: path, mode and bytes) is the recorded one.
+    assert differing == {t: sorted(RECORD["amended"].get(t, {})) for t in differing}
+    assert got == {t: RECORD["applied"][t]["tree_sha256"] for t in got}
+
+
+def test_the_sameness_record_catches_a_missing_patch(trees: dict) -> None:
+    """Negative control: the curated series without any one of its patches is not the recorded trees."""
+    patches = load_series(PROJECT / "patches").patches
+    for piece in patches:
+        rest = [p for p in patches if p is not piece]
         try:
-            got = applied_trees(rest, trees)
+            got, _ = _as_recorded(rest, trees)
         except Exception:  # noqa: BLE001 - a later patch no longer applying also proves the piece mattered
             continue
-        assert got["uni_rl"] != RECORD["amended"]["applied"]["uni_rl"], piece
+        assert got != {t: RECORD["applied"][t]["tree_sha256"] for t in got}, piece.name

@@ -1,4 +1,4 @@
-"""The collector's thread budget without an Inductor import (uni_rl 0018), against unpatched 1.3.2.
+"""The collector's thread budget without an Inductor import (uni_rl 0007), against unpatched 1.3.2.
 
 Run in a fresh interpreter per case: whether ``torch._inductor`` is imported is process state.
 """

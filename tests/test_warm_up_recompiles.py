@@ -1,4 +1,4 @@
-"""The learner's warm-up compiles every frame once (uni_rl 0006, 0009, 0016), on the CPU.
+"""The learner's warm-up compiles every frame once (uni_rl 0003, 0005), on the CPU.
 
 A recompile is a second Dynamo trace and compile of the same code object after its guards
 failed; on a fresh GPU host each one adds to the cold start, and Dynamo compiles the second
@@ -113,7 +113,7 @@ def test_warm_up_compiles_every_frame_once(patched_uni_rl_root: Path) -> None:
     assert result["shared"][restore] == 2
     assert "len(saved) ==" in result["shared_guards"][restore]
 
-    # The run's record of these compiles, graph by graph (compile_record, uni_rl 0038): each warm-up frame once,
+    # The run's record of these compiles, graph by graph (compile_record, uni_rl 0014): each warm-up frame once,
     # with its seconds and graph size; read from a later moment, only the recompile since, with its guard (the
     # warm-up's compiles, made before that moment, are not among them: the control).
     recorded = result["recorded"]

@@ -1,4 +1,4 @@
-"""CPU tests of the whole-cycle CUDA graph switch (patches/uni_rl/0011-0013).
+"""CPU tests of the whole-cycle CUDA graph switch (patches/uni_rl/0005).
 
 The graph itself needs a GPU (experiments/evidence/validate_numerics.py and
 validate_replay_stability.py check it there). What the CPU can check: the switch and its
@@ -87,8 +87,8 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 assert composed.training.device_env_reset == ("every_step" if torch_step else "when_done")
                 assert composed.training.device_env_terms == ("torch" if torch_step else "fused")
                 assert composed.training.device_env_step_split is (name != "device-env-no-step-split")
-                assert params.aligned_products is (name != "no-aligned-products")  # the default since unilab 0028
-                assert params.combo_kernels is (name != "no-combo-kernels")  # the tree's default since unilab 0027
+                assert params.aligned_products is (name != "no-aligned-products")  # the default (unilab 0001)
+                assert params.combo_kernels is (name != "no-combo-kernels")  # the tree's default (unilab 0001)
                 assert params.coordinate_descent_tuning is (name == "coordinate-descent-tuning")
                 assert params.sm_carveout == (32 if name == "sm-carveout-32" else 0)
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}

@@ -9,7 +9,7 @@ Who steps the env is not a configuration but a run dimension (``COLLECTORS``: th
 device-resident one, ``make bench COLLECTOR=host,device``), as the physics is (``SIM=``); ``refusal`` says
 which configuration × physics × collector cannot run, for the matrix and the single-run script alike.
 
-One name per feature: the learner switch ``use_whole_cycle_cuda_graph`` (patches 0011-0013, one CUDA graph replay
+One name per feature: the learner switch ``use_whole_cycle_cuda_graph`` (uni_rl 0005, one CUDA graph replay
 per runner iteration) is the *whole-cycle graph* in configuration names (``whole-cycle-graph``), labels,
 study names (``whole_cycle_graph``) and the README. Runs committed before the rename name it
 ``iteration-graph``: ``canonical_name`` reads them (``LEGACY_NAMES``).
@@ -38,36 +38,36 @@ ALGO_PARAMS = "algo.algo_params"
 #: The patched config's switch for the whole-cycle graph. A configuration that sets it is run only
 #: when the UniLab tree's flashsac config.yaml carries this key (the learner patch is in the series).
 WHOLE_CYCLE_GRAPH_KEY = f"{ALGO_PARAMS}.use_whole_cycle_cuda_graph"
-#: The patched config's switch for the collector's inference through a CUDA graph (patch 0015).
+#: The patched config's switch for the collector's inference through a CUDA graph (uni_rl 0006).
 INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
-#: The patched config's matrix products on zero-padded aligned widths (uni_rl 0039, unilab 0020).
+#: The patched config's matrix products on zero-padded aligned widths (uni_rl 0018, unilab 0001).
 ALIGNED_PRODUCTS_KEY = f"{ALGO_PARAMS}.aligned_products"
-#: The patched config's Inductor combo kernels in the learner's compiled functions (uni_rl 0041, unilab 0023).
+#: The patched config's Inductor combo kernels in the learner's compiled functions (uni_rl 0019, unilab 0001).
 COMBO_KERNELS_KEY = f"{ALGO_PARAMS}.combo_kernels"
-#: The patched config's Inductor coordinate-descent tuning of the learner's Triton kernels (uni_rl 0044, unilab 0029).
+#: The patched config's Inductor coordinate-descent tuning of the learner's Triton kernels (uni_rl 0020, unilab 0001).
 COORDINATE_DESCENT_TUNING_KEY = f"{ALGO_PARAMS}.coordinate_descent_tuning"
-#: The patched config's SMs the learner's captured products leave to the env's stream (uni_rl 0046, unilab 0032).
+#: The patched config's SMs the learner's captured products leave to the env's stream (uni_rl 0021, unilab 0001).
 SM_CARVEOUT_KEY = f"{ALGO_PARAMS}.sm_carveout"
-#: The patched config's single-rank CPU split (unilab patch 0002): CPUs kept for the learner.
+#: The patched config's single-rank CPU split (unilab 0002): CPUs kept for the learner.
 LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
-#: The patched config's choice of who steps the env (unilab patch 0007): ``host`` or ``device``.
+#: The patched config's choice of who steps the env (unilab 0007): ``host`` or ``device``.
 COLLECTOR_KEY = "training.collector"
-#: The patched config's start on the eager path while a helper process compiles (unilab patches 0009, 0014:
+#: The patched config's start on the eager path while a helper process compiles (unilab 0009:
 #: ``auto``, the default, is on with one rank on a CUDA device).
 COMPILE_BEHIND_KEY = "training.compile_behind"
-#: The patched config's stream of the device env (unilab patch 0010): ``own`` (non-blocking) or ``warp``.
+#: The patched config's stream of the device env (unilab 0006): ``own`` (non-blocking) or ``warp``.
 DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
-#: The patched config's physics sensors of the device env (unilab patch 0015): ``last_substep`` or ``every_substep``.
+#: The patched config's physics sensors of the device env (unilab 0006): ``last_substep`` or ``every_substep``.
 DEVICE_ENV_SENSORS_KEY = "training.device_env_sensors"
-#: The patched config's draws of the device env taken a step ahead, beside the step (unilab 0016): true or false.
+#: The patched config's draws of the device env taken a step ahead, beside the step (unilab 0006): true or false.
 DEVICE_ENV_DRAWS_AHEAD_KEY = "training.device_env_draws_ahead"
-#: The patched config's form of the device env's work between the physics and the reset (unilab 0024): ``torch``
-#: or ``fused`` (the default since unilab 0026, with its reset only on a step with a done row, unilab 0022).
+#: The patched config's form of the device env's work between the physics and the reset (unilab 0006): ``torch``
+#: or ``fused`` (the default, with its reset only on a step with a done row, unilab 0006).
 DEVICE_ENV_TERMS_KEY = "training.device_env_terms"
 DEVICE_ENV_STEP_SPLIT_KEY = "training.device_env_step_split"
-#: The patched config's read-back of the device collector (unilab patch 0012): an iteration behind, or at its end.
+#: The patched config's read-back of the device collector (unilab 0007): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
-#: The patched config's start of the device env step beside the learner (unilab patch 0013): after the action, or
+#: The patched config's start of the device env step beside the learner (unilab 0007): after the action, or
 #: after the batch gather.
 ENV_STEP_EARLY_KEY = "training.collector_env_step_early"
 
@@ -180,26 +180,26 @@ CONFIGS: dict[str, BenchConfig] = {
         BenchConfig("compile-behind", "patched defaults, compiled behind", "overlay", (),
                     requires_key=COMPILE_BEHIND_KEY, training=(("compile_behind", "true"),),
                     notes="eager iterations while a helper process compiles, the compiled paths from a later "
-                          "boundary (uni_rl 0034, 0037): the tree's default with one rank on a CUDA device; compare "
+                          "boundary (uni_rl 0014): the tree's default with one rank on a CUDA device; compare "
                           "launch to first iteration and to the end with patched-default"),
         BenchConfig("device-env-warp-stream", "patched defaults + the device env on Warp's blocking stream", "overlay",
                     (), requires_key=DEVICE_ENV_STREAM_KEY, training=(("device_env_stream", "warp"),),
                     collectors=("device",),
                     notes="the env step on MuJoCo Warp's own blocking stream, which synchronizes implicitly with "
-                          "the learner's default stream (the stream before unilab 0010): compare with "
+                          "the learner's default stream (MuJoCo Warp's own blocking stream): compare with "
                           "patched-default for what the non-blocking stream gains"),
         BenchConfig("device-env-sensors-every-substep", "patched defaults + the device env's sensors in every "
                     "physics substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
                     training=(("device_env_sensors", "every_substep"),), collectors=("device",),
                     notes="MuJoCo Warp's step computes every stage's sensors in each substep (the step before "
-                          "unilab 0015); the default computes the position and velocity sensors in the last "
-                          "substep only (unilab 0031), with bitwise the same values of every sensor the env reads: "
+                          "unilab 0006); the default computes the position and velocity sensors in the last "
+                          "substep only (unilab 0006), with bitwise the same values of every sensor the env reads: "
                           "compare with patched-default for what the skipped sensor kernels gain"),
         BenchConfig("device-env-acceleration-sensors", "patched defaults + the device env's acceleration-stage "
                     "sensors in the last substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
                     training=(("device_env_sensors", "last_substep"),), collectors=("device",),
                     notes="the last substep computes every stage's sensors, the accelerometers and the foot contact "
-                          "sensors too, which G1 Walk Flat does not read (the step before unilab 0031): compare "
+                          "sensors too, which G1 Walk Flat does not read: compare "
                           "with patched-default for what leaving out the acceleration stage gains"),
         BenchConfig("device-env-draws-in-step", "patched defaults + the device env's draws taken in the step, after "
                     "the physics (its work in torch, its reset on every step)", "overlay", (),
@@ -207,8 +207,8 @@ CONFIGS: dict[str, BenchConfig] = {
                     training=(("device_env_draws_ahead", "false"), ("device_env_terms", "torch"),
                               ("device_env_reset", "every_step")), collectors=("device",),
                     notes="each env step's random draws, and what follows from them alone (about half of its torch "
-                          "work), taken inside the step after the physics, where UniLab's env takes them (the step "
-                          "before unilab 0019); the fused work and the reset only when done read the draws taken "
+                          "work), taken inside the step after the physics, where UniLab's env takes them (UniLab's "
+                          "order); the fused work and the reset only when done read the draws taken "
                           "ahead, so this runs the torch step with the reset on every step: compare with "
                           "device-env-torch-step for what taking the draws ahead gains"),
         BenchConfig("device-env-torch-step", "patched defaults + the device env's work around the physics in torch, "
@@ -216,61 +216,61 @@ CONFIGS: dict[str, BenchConfig] = {
                     training=(("device_env_terms", "torch"), ("device_env_reset", "every_step")),
                     collectors=("device",),
                     notes="the env step's terminations, rewards, command, observations and reset of the done rows "
-                          "as about 240 torch operations, the reset on every step, also without a done row (the "
-                          "step before unilab 0026); the default does that work as six Warp kernels (unilab 0024) "
+                          "as about 240 torch operations, the reset on every step, also without a done row; "
+                          "the default does that work as six Warp kernels (unilab 0006) "
                           "and resets only on a step with a done row, a conditional node of the step's CUDA graph "
-                          "(unilab 0022), with the same values within float32 rounding: compare with "
+                          "(unilab 0006), with the same values within float32 rounding: compare with "
                           "patched-default for what both gain"),
         BenchConfig("device-env-no-step-split", "patched defaults without the device env's timestamps of its "
                     "step's parts", "overlay", (), requires_key=DEVICE_ENV_STEP_SPLIT_KEY,
                     training=(("device_env_step_split", "false"),), collectors=("device",),
-                    notes="no one-thread stamp kernels in the env step (four per step, unilab 0030), so no split of "
+                    notes="no one-thread stamp kernels in the env step (four per step, unilab 0006), so no split of "
                           "the env step into physics, terms and reset in the run JSON: compare with patched-default "
                           "for what the stamps cost"),
         BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
                     "overlay", (("aligned_products", True),), requires_key=ALIGNED_PRODUCTS_KEY,
                     notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "
-                          "of 8 (uni_rl 0039: the same math, sums in another order), set explicitly: the tree's "
-                          "default since unilab 0028, named for the numerics study's learner switch and the runs "
+                          "of 8 (uni_rl 0018: the same math, sums in another order), set explicitly: the tree's "
+                          "default (unilab 0001), named for the numerics study's learner switch and the runs "
                           "made before it was the default"),
         BenchConfig("no-aligned-products", "patched defaults without the networks' matrix products on aligned widths",
                     "overlay", (("aligned_products", False),), requires_key=ALIGNED_PRODUCTS_KEY,
-                    notes="the actor's and critics' products on their own widths (the learner before unilab "
-                          "0028): compare with patched-default for what cuBLAS's aligned kernels gain"),
+                    notes="the actor's and critics' products on their own widths (the learner without "
+                          "them): compare with patched-default for what cuBLAS's aligned kernels gain"),
         BenchConfig("combo-kernels", "patched defaults + Inductor's combo kernels in the learner",
                     "overlay", (("combo_kernels", True),), requires_key=COMBO_KERNELS_KEY,
-                    notes="every function the learner compiles with Inductor's combo kernels (uni_rl 0041: "
+                    notes="every function the learner compiles with Inductor's combo kernels (uni_rl 0019: "
                           "independent kernels of a graph launched as one; a fused reduction may be tiled "
-                          "otherwise), set explicitly: the tree's default since unilab 0027, named for the "
+                          "otherwise), set explicitly: the tree's default (unilab 0001), named for the "
                           "numerics study's learner switch and the runs made before it was the default"),
         BenchConfig("no-combo-kernels", "patched defaults without Inductor's combo kernels in the learner",
                     "overlay", (("combo_kernels", False),), requires_key=COMBO_KERNELS_KEY,
                     notes="every function the learner compiles without Inductor's combo kernels (the learner "
-                          "before unilab 0027): compare with patched-default for what fewer, larger Triton "
+                          "without them): compare with patched-default for what fewer, larger Triton "
                           "kernels gain"),
         BenchConfig("coordinate-descent-tuning", "patched defaults + Inductor's coordinate-descent tuning in the "
                     "learner", "overlay", (("coordinate_descent_tuning", True),),
                     requires_key=COORDINATE_DESCENT_TUNING_KEY,
                     notes="every function the learner compiles with Inductor's coordinate-descent tuning of its "
-                          "Triton kernels' block sizes and warps (uni_rl 0044: a reduction's tiling may change; "
+                          "Triton kernels' block sizes and warps (uni_rl 0020: a reduction's tiling may change; "
                           "the compile takes longer): compare with patched-default for what tuned Triton kernels "
                           "gain"),
         BenchConfig("sm-carveout-32", "patched defaults + the learner's captured products leaving 32 SMs free",
                     "overlay", (("sm_carveout", 32),), requires_key=SM_CARVEOUT_KEY,
                     notes="the learner's CUDA graphs captured with cuBLAS products sized for 32 fewer SMs (uni_rl "
-                          "0046), so that the device env's physics on its own stream finds SMs free while they "
+                          "0021), so that the device env's physics on its own stream finds SMs free while they "
                           "run: compare with patched-default for what the physics' shorter stretch gains"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),
                     notes="the host waits for each iteration's end before it reads its results and queues the "
-                          "next (the loop before uni_rl 0035): compare with patched-default for what reading "
+                          "next (the loop without it): compare with patched-default for what reading "
                           "an iteration behind gains"),
         BenchConfig("env-step-after-gather", "patched defaults + the device env step started after the batch "
                     "gather", "overlay", (), requires_key=ENV_STEP_EARLY_KEY,
                     training=(("collector_env_step_early", "false"),), collectors=("device",),
                     notes="the side stream steps the env only once the reward statistics and the batch gather are "
-                          "queued (the loop before uni_rl 0036): compare with patched-default for what starting "
+                          "queued (the loop without it): compare with patched-default for what starting "
                           "the step right after its action gains"),
         BenchConfig("warp-lazy-build", "patched defaults + MuJoCo Warp's kernels built at their launch", "overlay",
                     (), environment=(("UNISIM_MJWARP_BUILD_WORKERS", "0"),), sims=("mjwarp",),
@@ -317,7 +317,7 @@ NUMERICS_STUDY: dict[str, str | tuple[str, ...]] = {
     "full_objective_compile_manual_graphs": "compile-graphs",
     "whole_cycle_graph": "whole-cycle-graph-inference",
     # The learner switches the tree's config sets, each on the default whole-iteration graph: aligned products
-    # (the tree's default since unilab 0028), combo kernels (since unilab 0027), coordinate-descent tuning and the
+    # (the tree's default (unilab 0001)), combo kernels, coordinate-descent tuning and the
     # products' SM carveout (both off until measured); the learner's own defaults are off.
     "whole_cycle_graph_aligned_products": ("whole-cycle-graph-inference", "aligned-products"),
     "whole_cycle_graph_combo_kernels": ("whole-cycle-graph-inference", "combo-kernels"),
@@ -349,7 +349,7 @@ class Collector:
 
     def overrides_on(self, tree: TreeKind) -> tuple[str, ...]:
         """The Hydra override on a tree: the patched tree's config has the switch and every run names its
-        collector (the MuJoCo Warp owner defaults to the device one, unilab 0011); the pristine tree has no key
+        collector (the MuJoCo Warp owner defaults to the device one, unilab 0007); the pristine tree has no key
         and only the host collector."""
         return (f"{COLLECTOR_KEY}={self.name}",) if tree == "patched" else ()
 
@@ -360,7 +360,7 @@ class Collector:
 
 
 #: The collectors: the host path (a spawned process stepping UniLab's NumPy env; the host runners name no
-#: collector in their records) and the device-resident one (uni_rl 0022-0027): the learner's process steps
+#: collector in their records) and the device-resident one (uni_rl 0010): the learner's process steps
 #: the task's device env, which UniLab has for G1 Walk Flat on MuJoCo Warp only (unilab 0006,
 #: ``DEVICE_ENV_FACTORIES``).
 COLLECTORS: dict[str, Collector] = {

@@ -107,7 +107,7 @@ def startup_record(phases: dict[str, dict[str, Any]], rows_all: list[dict[str, A
 
 def replay_h2d_record(phases: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """Who copied the replay's ticks to the device and why, from the pipeline's transfer manifest (None: the
-    run built no host replay pipeline, e.g. the device-resident collector; a learner before uni_rl 0033
+    run built no host replay pipeline, e.g. the device-resident collector; an unpatched learner
     records no choice)."""
     ready = phases.get("replay_pipeline_ready")
     if ready is None:

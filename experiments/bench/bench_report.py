@@ -527,7 +527,7 @@ def start_table(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def compile_frames_table(runs: Sequence[dict[str, Any]]) -> str:
-    """Each compiled-behind run's compiles, graph by graph (uni_rl 0038): the helper's (cold where the run's caches
+    """Each compiled-behind run's compiles, graph by graph (uni_rl 0014): the helper's (cold where the run's caches
     were empty at launch) and the runner's own at the swap (served by the helper's artifacts); the seconds in all
     and in Inductor, and the graph's operation count. A backward graph has no frame name of its own: it follows
     its forward."""

@@ -2,8 +2,8 @@
 
 Why: a run's start-up is minutes on a fresh machine and seconds on a warm one, so a start-up time means
 little without the state of the caches it started from: Inductor's (FX graphs, AOTAutograd, kernels),
-Triton's compiled kernels, the warm-up's compile artifacts (uni_rl 0019, ``FLASHSAC_COMPILE_CACHE_DIR``),
-torch's JIT-built C++ extensions (the replay transfer's native H2D extension, uni_rl 0033), Warp's kernel
+Triton's compiled kernels, the warm-up's compile artifacts (uni_rl 0008, ``FLASHSAC_COMPILE_CACHE_DIR``),
+torch's JIT-built C++ extensions (the replay transfer's native H2D extension, uni_rl 0013), Warp's kernel
 cache (MuJoCo Warp's kernels, built on a machine's first MJWarp run) and the CUDA driver's compile cache (the
 GPU code the driver compiles from PTX at a module's load: with it empty, Warp's PTX modules took 26-27 s to load
 on a fresh H200, results/2026-12-04-h200-warp-kernel-cache). Each folder is resolved from the

@@ -64,8 +64,8 @@
 #   learner-profile  the learner's kernels per iteration by kind and the largest
 #           (experiments/evidence/learner_kernel_profile.py) from the tree root, one after another on GPU 0: each
 #           setting of LP_SETTINGS (unilab-default report; the report's at 2/1/1) on the whole-iteration graph,
-#           on it with the products on their own widths (--no-aligned-products: the learner before unilab 0028),
-#           without Inductor's combo kernels (--no-combo-kernels: the learner before unilab 0027), then on the
+#           on it with the products on their own widths (--no-aligned-products: the learner without them),
+#           without Inductor's combo kernels (--no-combo-kernels: the learner without them), then on the
 #           per-update path. JSONs in $work/learner-profile/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
@@ -85,7 +85,7 @@ trap 'tar czf "$OUT/evidence.tgz" --exclude="*.pt" -C "$work" .' EXIT
 bash experiments/device/device_bench.sh install || exit 1
 export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
   PYTHONUNBUFFERED=1
-# The warm-up's compile artifacts (uni_rl 0019) go into the archive; a carried .compile-cache/ (an earlier
+# The warm-up's compile artifacts (uni_rl 0008) go into the archive; a carried .compile-cache/ (an earlier
 # call's, same GPU and torch) is loaded first, as a user copies them to a new machine.
 export FLASHSAC_COMPILE_CACHE_DIR=$work/compile-cache
 mkdir -p "$FLASHSAC_COMPILE_CACHE_DIR"

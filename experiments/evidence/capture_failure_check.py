@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A failed CUDA graph capture of the learner's graphed inference leaves torch usable (uni_rl 0040).
+"""A failed CUDA graph capture of the learner's graphed inference leaves torch usable (uni_rl 0016).
 
 On a CUDA host, with the patched ``uni_rl`` first on ``PYTHONPATH`` (the overlay): builds a FlashSAC actor of G1
 Walk Flat's dimensions and its ``GraphedExplorePolicy`` (the collector's action requests as one graph replay),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Times the replay's native H2D submit against the PyTorch pinned async copy, for one tick, on a CUDA GPU.
 
-Why: the replay transfer builds its native H2D extension only on request since uni_rl 0033
+Why: the replay transfer builds its native H2D extension only on request (uni_rl 0013)
 (``FLASHSAC_NATIVE_H2D=1``): its JIT build cost about 20 s on each new machine. This measures what the opt-in
 buys. One tick is one ingress slot of uni_rl's real ``ReplayBuffer`` (``num_envs`` rows of its packed layout
 at G1 Walk Flat's sizes), made page-locked by the real transfer backend, and copied to a device tensor on a

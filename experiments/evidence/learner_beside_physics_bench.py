@@ -9,7 +9,7 @@ suspect is the learner's matrix products: cuBLAS's kernels on Hopper may be pers
 taking several tiles), so while one runs no SM is free for the physics' small kernels, whatever the streams'
 priorities. torch can ask cuBLASLt to leave SMs free (``torch._C._set_sm_carveout_experimental``: the products'
 kernels are chosen for that many fewer SMs); the choice is made when a product is called, so for a CUDA graph when
-it is captured. The learner's ``sm_carveout`` switch (uni_rl 0046) sets it around its captures.
+it is captured. The learner's ``sm_carveout`` switch (uni_rl 0021) sets it around its captures.
 
 This bench builds, at ``--setting`` (the report's at its 2/1/1 schedule), the learner as training does
 (``learner_kernel_profile``'s builder: the tree's config, G1 Walk Flat's dimensions, the whole-iteration graph

@@ -43,12 +43,12 @@ TASK = "g1_walk_flat/mujoco"
 SWITCH_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--no-aligned-products": ("aligned_products", False,
                               "the networks' matrix products on their own widths, not padded to aligned ones (the "
-                              "tree's default since unilab 0028, uni_rl 0039): the learner as it was"),
+                              "tree's default, uni_rl 0018): the learner as it was"),
     "--no-combo-kernels": ("combo_kernels", False,
-                           "without Inductor's combo kernels (the tree's default since unilab 0027, uni_rl 0041): "
+                           "without Inductor's combo kernels (the tree's default, uni_rl 0019): "
                            "the learner as it compiled before"),
     "--coordinate-descent-tuning": ("coordinate_descent_tuning", True,
-                                    "with Inductor's coordinate-descent tuning of the Triton kernels (uni_rl 0044, "
+                                    "with Inductor's coordinate-descent tuning of the Triton kernels (uni_rl 0020, "
                                     "off in the tree until measured)"),
 }
 #: Kernel kinds by name, first match wins: what each kind is made of, and so what would shorten it.

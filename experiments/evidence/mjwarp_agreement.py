@@ -23,7 +23,7 @@ change: X = 0.01 rad must fail), and
 ``--mujoco-both`` compares MuJoCo with itself (must give exactly zero).
 
 Run from a UniLab tree root with the overlay and the tree on PYTHONPATH. On a CPU-only machine the MJWarp side
-runs on Warp's CPU device (``UNISIM_MJWARP_ALLOW_CPU=1``, unisim patch 0002); on a GPU host on CUDA.
+runs on Warp's CPU device (``UNISIM_MJWARP_ALLOW_CPU=1``, unisim 0002); on a GPU host on CUDA.
 
 Run by ``tests/test_mjwarp_agreement.py`` on Warp's CPU device, and on a GPU host for the committed evidence.
 """

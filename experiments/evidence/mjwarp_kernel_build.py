@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where MuJoCo Warp's kernel modules are built when a G1 Walk Flat ``mjwarp`` env starts (unisim patch 0004).
+"""Where MuJoCo Warp's kernel modules are built when a G1 Walk Flat ``mjwarp`` env starts (unisim 0004).
 
 Builds the collector's env (the tree's Hydra config, ``g1_walk_flat/mjwarp``, ``--num-envs`` worlds), resets it
 and steps it ``--steps`` times with seeded uniform actions, while every ``Module.load`` of Warp is recorded:
@@ -75,7 +75,7 @@ def table(folder: Path) -> str:
 
 
 def physics_table(folder: Path) -> str:
-    """PTX against cubin (unisim 0005) beside the physics' own spread: the folder's ``--qpos-output`` files, named
+    """PTX against cubin (unisim 0004) beside the physics' own spread: the folder's ``--qpos-output`` files, named
     ``<form>-<run>-<steps>-qpos.npy`` (form ``ptx`` or ``cubin``, run ``a`` or ``b``), each the final qpos of a
     fresh process stepping the same seeded actions. Per step count: two runs of the same cubin against each other,
     and a PTX run against a cubin run."""

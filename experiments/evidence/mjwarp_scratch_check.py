@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does the row-wise reset's scratch forward read each reset row's own per-world model values?
 
-unisim patch 0003 runs the reset-time forward of ``k`` reset rows in a scratch ``Data`` of ``capacity`` worlds
+unisim 0003 runs the reset-time forward of ``k`` reset rows in a scratch ``Data`` of ``capacity`` worlds
 over a scratch ``Model`` whose per-world fields are gathered from the main model at the reset rows. This check
 builds a small actuated MJCF (three hinge joints under position actuators, a free base resting on a plane: the
 forward runs contacts and the constraint solver) on Warp's device, expands its per-world fields across

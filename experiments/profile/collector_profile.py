@@ -67,7 +67,7 @@ def action_dim_of(env: Any) -> int:
 
 
 def mjwarp_reset_route(env: Any) -> str | None:
-    """How the mjwarp adapter commits resets: "rows" (unisim patch 0003) or "whole-array"; None on MuJoCo."""
+    """How the mjwarp adapter commits resets: "rows" (unisim 0003) or "whole-array"; None on MuJoCo."""
     backend = env._backend  # noqa: SLF001 - the route is the backend's own state
     if type(backend).__name__ != "MjwarpBackend":
         return None

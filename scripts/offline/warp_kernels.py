@@ -4,7 +4,7 @@ host's Warp kernel cache by `make setup OFFLINE=`.
 Why: on a machine whose Warp kernel cache is empty (a freshly started cloud GPU, a new container) the mjwarp env
 builds its physics' kernels before its first step. On freshly started H200s that took 31-33 s of a 40 s env
 build, and a training run's first iteration came 49.5-72.3 s after launch even with the compile left behind;
-with this cache seeded (cubin, unisim 0005) the env was built in 10-12 s and the first iteration came 20.3 s
+with this cache seeded (cubin, unisim 0004) the env was built in 10-12 s and the first iteration came 20.3 s
 (report's setting) and 22.2 s (UniLab's defaults) after launch (results/2026-12-04-h200-warp-kernel-cache).
 
 Build (``build``): a child Python in a copy of the applied UniLab tree, the overlay first on its path, builds the

@@ -108,7 +108,7 @@ def _distribution_versions() -> dict[str, str | None]:
 
 
 def _dp_nccl_transport() -> Any:
-    """The data-parallel NCCL transport this rank chose (uni_rl 0020), or None: a single rank chooses none."""
+    """The data-parallel NCCL transport this rank chose (uni_rl 0009), or None: a single rank chooses none."""
     transport = sys.modules.get("uni_rl.ipc.dp_transport")
     raw = os.environ.get(transport.RECORD_ENV) if transport is not None else None
     return json.loads(raw) if raw else None

@@ -38,8 +38,8 @@ TIER_A_SNAPSHOT = "2:critic"
 # target update), which the baseline, without the probe, offers for the critic.
 FIRST_CRITIC_SNAPSHOT = "0:actor"
 
-# One bad batch, then clean ones (patch 0016), in a run resumed from a CPU learner's
-# checkpoint (patch 0017). ``poison``: NaN/Inf in one field of one update's batch, which
+# One bad batch, then clean ones (uni_rl 0003), in a run resumed from a CPU learner's
+# checkpoint (uni_rl 0005). ``poison``: NaN/Inf in one field of one update's batch, which
 # every path reads (the whole-cycle graph takes the batch as the runner hands it): an
 # observation at the first update of iteration 2 (skips that iteration's actor and
 # temperature steps) and a critic input at the first update of iteration 4 (skips a

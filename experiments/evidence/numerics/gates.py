@@ -83,7 +83,7 @@ def injection_report(
     Snapshots are taken before updates, so "before critic 10" is the state right after
     critic step 9 and its target update, and "before critic 15" the state after actor
     step 14. Each poisoned step must leave its side bitwise unchanged: parameters,
-    optimizer state and the BatchNorm running statistics its forward moved (patch 0016;
+    optimizer state and the BatchNorm running statistics its forward moved (uni_rl 0003;
     the scheduler still advances the learning rate). The temperature step sees a finite
     loss and proceeds.
     """
@@ -156,7 +156,7 @@ def expected_recovery_skips(
 def recovery_report(
     results: dict[str, Any], updates_per_step: int, policy_frequency: int = 2
 ) -> dict[str, Any]:
-    """Gate: one bad batch costs only its own steps, on every path run (patch 0016).
+    """Gate: one bad batch costs only its own steps, on every path run (uni_rl 0003).
 
     Per run of ``ROBUSTNESS_CONFIG``: the poisoned iterations skip exactly the steps the
     poison reaches and every other iteration skips none (a learner left with NaN running
@@ -207,7 +207,7 @@ def _rates_close(a: list[float], b: list[float]) -> bool:
 
 
 def checkpoint_report(results: dict[str, Any]) -> dict[str, Any]:
-    """Gate: a CPU learner's checkpoint (float rates) keeps the graph paths working (patch 0017).
+    """Gate: a CPU learner's checkpoint (float rates) keeps the graph paths working (uni_rl 0005).
 
     Per run of ``ROBUSTNESS_CONFIG``: the loaded rates are the checkpoint's; on the graph
     paths they are still the device tensors the graphs read (the same objects), elsewhere
