@@ -320,3 +320,70 @@ def test_a_damaged_versions_file_is_one_line(checkout: Path, overlay: Path, tmp_
                     env={"PYTHONPATH": str(scripts)})
     one_line(proc, f"{tmp_path / 'project' / needle}")
     assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before
+
+
+def edit_the_overlay(overlay: Path) -> dict[str, bytes | None]:
+    """Change, add and delete files the series does not touch in the built uni_rl; returns what stands at each
+    (None: deleted). unisim is left alone: a refusal must not name it."""
+    init, mine = overlay / "uni_rl" / "__init__.py", overlay / "uni_rl" / "mine.py"
+    seed = overlay / "uni_rl" / "utils" / "seed.py"
+    with init.open("a") as handle:
+        handle.write("# my note\n")
+    mine.write_text("my own module\n")
+    seed.unlink()
+    return {"uni_rl/__init__.py": init.read_bytes(), "uni_rl/mine.py": mine.read_bytes(), "uni_rl/utils/seed.py": None}
+
+
+#: edit_the_overlay's edits as a refusal names them.
+EDIT_NAMES = "uni_rl:uni_rl/__init__.py, uni_rl:uni_rl/mine.py (added), uni_rl:uni_rl/utils/seed.py (deleted)"
+
+
+def test_overlay_edits_are_named_refused_and_saved_by_force(checkout: Path, overlay: Path,
+                                                            run_patchset: Runner) -> None:
+    """Files changed, added or deleted in the built overlay after apply: status names them (no clean 'applied'),
+    revert refuses up front in one line naming exactly them and changes nothing, and FORCE saves them as it saves
+    a checkout's edits, then finishes."""
+    pristine = tree_hashes(checkout)
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    edits = edit_the_overlay(overlay)
+    status = run_patchset("status", "--unilab", str(checkout))
+    assert status.returncode == 0 and f"EDITED since apply: {EDIT_NAMES};" in status.stdout, status.stdout[-2000:]
+    for rel in edits:
+        assert any(f"uni_rl:{rel}" in line and "edited" in line for line in status.stdout.splitlines()), rel
+    before, overlay_before = tree_hashes(checkout), tree_hashes(overlay)
+    one_line(run_patchset("revert", "--unilab", str(checkout)),
+             f"refusing to revert: edited after apply: {EDIT_NAMES}; --force (FORCE=1) saves them")
+    assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before
+    forced = run_patchset("revert", "--unilab", str(checkout), "--force")
+    assert forced.returncode == 0 and "overlay removed" in forced.stdout, forced.stderr
+    (saved,) = checkout.glob(".flashsac-overlay-user-edits-*")
+    for rel, data in edits.items():
+        if data is not None:
+            assert (saved / "files" / "uni_rl" / rel).read_bytes() == data
+    assert "uni_rl:uni_rl/utils/seed.py had been deleted" in (saved / "README.txt").read_text()
+    assert "+my own module" in (saved / "edits.diff").read_text()
+    shutil.rmtree(saved)
+    assert tree_hashes(checkout) == pristine and not (overlay / "uni_rl").exists() and not (overlay / "unisim").exists()
+
+
+def test_overlay_edits_after_a_stopped_revert_do_not_wedge_it(checkout: Path, overlay: Path,
+                                                               run_patchset: Runner) -> None:
+    """A revert killed once it began (phase 'reverting'), then the overlay edited: the next apply or revert refuses in
+    one line naming the edited files and changes nothing; revert with FORCE saves them and finishes."""
+    pristine = tree_hashes(checkout)
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    stopped = run_patchset("revert", "--unilab", str(checkout), env={"PATCHSET_FAULT_AT": "4:kill"})
+    assert stopped.returncode == -9
+    assert json.loads((checkout / ".flashsac-overlay" / "state.json").read_text())["phase"] == "reverting"
+    edit_the_overlay(overlay)
+    before, overlay_before = tree_hashes(checkout), tree_hashes(overlay)
+    one_line(run_patchset("revert", "--unilab", str(checkout)), f"edited after apply: {EDIT_NAMES}; --force")
+    one_line(run_patchset("apply", "--unilab", str(checkout)),
+             f"the overlay {overlay} was edited since it was built: {EDIT_NAMES}; 'revert' with --force")
+    assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before
+    forced = run_patchset("revert", "--unilab", str(checkout), "--force")
+    assert forced.returncode == 0 and "completed an interrupted revert" in forced.stdout, forced.stderr
+    (saved,) = checkout.glob(".flashsac-overlay-user-edits-*")
+    assert (saved / "files" / "uni_rl" / "uni_rl" / "mine.py").read_text() == "my own module\n"
+    shutil.rmtree(saved)
+    assert tree_hashes(checkout) == pristine and not (overlay / "uni_rl").exists()

@@ -29,7 +29,7 @@ from .series import Series, load_series
 from .state import create_state, image_path, load_state, save_state
 from .targets import CHECKOUT_TARGET as TARGET_CHECKOUT
 from .targets import OVERLAY_PACKAGES, OVERLAY_TARGETS
-from .trees import create_embedded_tree, file_marker, package_files, read_file, uv_python
+from .trees import create_embedded_tree, file_marker, marker_note, package_files, read_file, uv_python
 
 
 @dataclass
@@ -329,19 +329,13 @@ def apply(opts: Options) -> Outcome:
     return out
 
 
-def _describe(marker: str | None) -> str:
-    if marker and marker.startswith("symlink:"):
-        return f" (replaced by a symlink to {marker[8:]})"
-    if marker == "not a regular file":
-        return " (not a regular file)"
-    return " (deleted)" if marker is None else ""
-
-
 def file_statuses(checkout: Path, overlay: Path, manifest: dict[str, Any] | None, state: dict | None) -> list[dict]:
     """Per touched file: applied (post-image), not applied (pre-image), edited (after apply) or drifted.
 
     An applied checkout is judged by its own state (what was really written, even if the project's series has
-    moved on since); an unapplied one by the manifest of the current series. Links are never followed.
+    moved on since); an unapplied one by the manifest of the current series. Links are never followed. An applied
+    checkout's rows also name every other file of its overlay's packages changed, added or deleted since the
+    apply built them: revert would delete those with the overlay.
     """
     applied = state is not None and state["phase"] == "applied"
     expected = state["files"] if state is not None else manifest["targets"]
@@ -359,9 +353,23 @@ def file_statuses(checkout: Path, overlay: Path, manifest: dict[str, Any] | None
                 status = "not applied"
             else:
                 status = "edited" if applied else "drifted"
-            detail = _describe(current) if status in ("edited", "drifted") else ""
+            detail = marker_note(current) if status in ("edited", "drifted") else ""
             rows.append({"target": target, "path": path, "status": status, "sha256": current, "detail": detail})
+    if applied:
+        rows += [f for f in recovery.overlay_edits(state) if f["path"] not in expected.get(f["target"], {})]
     return rows
+
+
+def _names(rows: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{f['target']}:{f['path']}{f['detail']}" for f in rows)
+
+
+def _edited(rows: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a revert would overwrite or delete unsaved: checkout files that are neither as applied nor pristine, and
+    overlay files that are not as built (a file of the series put back to its pristine bytes included: the revert
+    deletes it with the overlay)."""
+    return [f for f in rows if f["target"] == TARGET_CHECKOUT and f["status"] not in ("applied", "not applied")
+            ] + recovery.overlay_edits(state)
 
 
 def status(opts: Options) -> Outcome:
@@ -394,6 +402,10 @@ def status(opts: Options) -> Outcome:
     if leftovers:
         out.lines.append(f"LEFTOVER: {len(leftovers)} temporary file(s) of an interrupted run; "
                          "the next 'apply' or 'revert' removes them")
+    edited = [] if state is None else _edited(files, state) if phase == "applied" else recovery.overlay_edits(state)
+    if edited:
+        out.lines.append(f"EDITED since apply: {_names(edited)}; 'revert' refuses until --force (FORCE=1) saves "
+                         "them")
     out.lines.append(f"{checkout}: {phase} (series {applied_series[:12]})")
     if not current_series:
         out.lines.append(f"OUTDATED: this project's series is now {series.sha256[:12]}; 'revert' then 'apply' to update")
@@ -404,25 +416,47 @@ def status(opts: Options) -> Outcome:
     return out
 
 
+def _refuse_unforced(opts: Options, edited: list[dict[str, Any]]) -> None:
+    """A revert over edits to files it restores or deletes needs FORCE, which saves them first."""
+    if edited and not opts.force:
+        raise PatchsetError(f"refusing to revert: edited after apply: {_names(edited)}; "
+                            "--force (FORCE=1) saves them (byte for byte) first")
+
+
+def _built(checkout: Path, state: dict[str, Any], target: str, path: str) -> bytes | None:
+    """An edited file as the apply left it, for the diff of the saved edits: its post-image (empty where the series
+    deletes the file or the user added it), None where the journal keeps no copy (an overlay file the series does
+    not touch: its built bytes are the pinned artifact's)."""
+    if path in state["files"].get(target, {}):
+        return _post_image(checkout, target, path) or b""
+    if target != TARGET_CHECKOUT and path not in state["overlay_files"]:
+        return b""
+    return None
+
+
+def _save_edits(checkout: Path, overlay: Path, state: dict[str, Any], edited: list[dict[str, Any]]) -> Path:
+    """Save the edited files byte for byte and record what was saved in the state (in memory), so that recovery
+    accepts exactly those files where it expects the built ones."""
+    saved, markers = useredits.save(checkout, [
+        (f["target"], f["path"], checkout if f["target"] == TARGET_CHECKOUT else overlay,
+         _built(checkout, state, f["target"], f["path"])) for f in edited])
+    earlier = (state.get("user_edits") or {}).get("markers", {})
+    state["user_edits"] = {"dir": str(saved), "markers": {**earlier, **markers}}
+    return saved
+
+
 def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[str, Any]) -> Outcome:
     """Revert an applied checkout: refuse over edits unless forced (then save them first), then restore."""
     manifest = ovl.load_overlay_manifest(overlay)  # a corrupt one stops the revert before anything changes
     state["overlay_created_dirs"] = ovl.created_dirs(overlay, manifest, state.get("overlay_created_dirs", []))
-    rows = file_statuses(checkout, overlay, None, state)
-    edited = [f for f in rows if f["status"] not in ("applied", "not applied")]
-    if edited and not opts.force:
-        names = ", ".join(f"{f['target']}:{f['path']}{f['detail']}" for f in edited)
-        raise PatchsetError(f"refusing to revert: edited after apply: {names}; "
-                            "--force (FORCE=1) saves them (byte for byte) first")
+    edited = _edited(file_statuses(checkout, overlay, None, state), state)
+    _refuse_unforced(opts, edited)
     notes = _flag_lines(state)  # before anything changes: once the revert is done, nothing may fail
     saved, started = None, False
     with signals.deferred() as late:
         try:
             if edited:
-                saved, markers = useredits.save(checkout, [
-                    (f["target"], f["path"], checkout if f["target"] == TARGET_CHECKOUT else overlay,
-                     _post_image(checkout, f["target"], f["path"])) for f in edited])
-                state["user_edits"] = {"dir": str(saved), "markers": markers}
+                saved = _save_edits(checkout, overlay, state, edited)
             state["phase"] = "reverting"
             save_state(checkout, state)
             started = True
@@ -449,6 +483,23 @@ def _post_image(checkout: Path, target: str, path: str) -> bytes | None:
     return image.read_bytes() if image.exists() else None
 
 
+def _finish_interrupted_revert(opts: Options, checkout: Path, overlay: Path, state: dict[str, Any]) -> Outcome:
+    """Recover a run that was killed (roll an apply back, complete a revert), over edits to its overlay only when
+    forced, saving them first as a revert of an applied checkout does."""
+    edited = recovery.overlay_edits(state)
+    _refuse_unforced(opts, edited)
+    saved = None
+    with signals.deferred() as late:
+        if edited:
+            saved = _save_edits(checkout, overlay, state, edited)
+            save_state(checkout, state)
+        line = recovery.finish_interrupted(checkout, state)
+    if late:
+        raise Interrupted(late[0], f"interrupted by {signals.name(late[0])}; before stopping it {line}")
+    return Outcome([line, *([f"your edits were saved to {saved}"] if saved else [])],
+                   {"result": "recovered", "checkout": str(checkout), "user_edits": str(saved) if saved else None})
+
+
 def revert(opts: Options) -> Outcome:
     """Restore from the checkout's own state: needs neither the series nor the manifest of this project."""
     checkout = resolve_checkout(opts, create=False)
@@ -465,11 +516,7 @@ def revert(opts: Options) -> Outcome:
                                 "nothing else to revert"], {"result": "cleaned", "checkout": str(checkout)})
             raise PatchsetError(f"nothing to revert: {checkout} carries no patchset state")
         if state["phase"] != "applied":
-            with signals.deferred() as late:
-                line = recovery.finish_interrupted(checkout, state)
-            if late:
-                raise Interrupted(late[0], f"interrupted by {signals.name(late[0])}; before stopping it {line}")
-            return Outcome([line], {"result": "recovered", "checkout": str(checkout)})
+            return _finish_interrupted_revert(opts, checkout, overlay, state)
         return _revert_applied(opts, checkout, overlay, state)
 
 

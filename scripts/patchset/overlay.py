@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from .errors import PatchsetError
 from .plan import FileChange, plan_target
 from .series import Series
 from .targets import OVERLAY_TARGETS
+from .trees import file_marker
 
 MANIFEST = "MANIFEST.json"
 Files = dict[str, tuple[bytes, int]]
@@ -63,14 +66,32 @@ def hash_files(files: Files) -> dict[str, str]:
     return {rel: hashlib.sha256(data).hexdigest() for rel, (data, _) in sorted(files.items())}
 
 
-def hash_tree(root: Path) -> dict[str, str]:
-    """sha256 of every file under each overlay package directory of root, keyed by its path relative to root."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for package in OVERLAY_TARGETS
-        for p in sorted(package_dir(root, package).rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
-    }
+def tree_markers(overlay: Path) -> dict[str, str | None]:
+    """What stands at every file of the overlay package directories present (trees.file_marker: a sha256, a link as
+    'symlink:<target>', never followed), keyed by its path relative to overlay. __pycache__ is left out: Python
+    writes it there on import."""
+    markers = {}
+    for package in _present(overlay):
+        if package.is_symlink() or not package.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(package):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            for name in [*dirnames, *filenames]:
+                path = Path(dirpath) / name
+                if path.is_symlink() or not path.is_dir():
+                    rel = str(path.relative_to(overlay))
+                    markers[rel] = file_marker(overlay, rel)
+    return markers
+
+
+def changes(overlay: Path, expected: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Every file of the overlay packages present that is not as expected (overlay-relative path -> marker; None:
+    absent), with what stands there now (None: deleted). A package that is absent is left out: a revert stopped
+    between two removals leaves one."""
+    present = {d.name for d in _present(overlay)}
+    want = {rel: m for rel, m in expected.items() if m is not None and rel.split("/")[0] in present}
+    have = tree_markers(overlay)
+    return {rel: have.get(rel) for rel in sorted({*want, *have}) if have.get(rel) != want.get(rel)}
 
 
 def build(pristine: dict[str, Files], series: Series) -> tuple[Files, dict[str, dict[str, FileChange]]]:
@@ -118,7 +139,7 @@ def check_existing(overlay: Path, files: Files) -> tuple[bool, dict[str, Any] | 
     pkg = ", ".join(str(d) for d in present)
     if manifest["files"] != hash_files(files):
         raise PatchsetError(f"{overlay} holds an overlay of another series; {_way_out(overlay, manifest)}")
-    if hash_tree(overlay) != manifest["files"]:
+    if len(present) < len(OVERLAY_TARGETS) or changes(overlay, manifest["files"]):
         raise PatchsetError(f"{pkg} was edited since it was built; {_way_out(overlay, manifest)}")
     return True, manifest
 
@@ -139,30 +160,32 @@ def created_dirs(overlay: Path, manifest: dict[str, Any] | None, own: list[str])
     return sorted(d for d in listed if Path(d) == overlay or Path(d) in overlay.parents)
 
 
-def remove_ours(overlay: Path, files: dict[str, str] | None) -> None:
-    """Delete the packages if they are the ones we built (same files, unless files is None: edits already saved).
+def remove_ours(overlay: Path, expected: Mapping[str, str | None]) -> None:
+    """Delete the packages if they hold exactly what we built, edits a forced revert saved in their place
+    (expected: overlay-relative path -> marker). Recovery checks that before it changes anything, so a refusal
+    here means the overlay changed while this run worked.
 
     Idempotent: a revert killed between two packages finds the rest and removes them the next time.
     """
     present = _present(overlay)
     if not present:
         return
-    # what is left must be exactly the built files of the packages still present
-    left = None if files is None else {rel: h for rel, h in files.items()
-                                       if package_dir(overlay, rel.split("/")[0]) in present}
     alien = next((d for d in present if d.is_symlink() or not d.is_dir()), None)
-    if alien is not None or (left is not None and hash_tree(overlay) != left):
-        pkg = alien or ", ".join(str(d) for d in present)
-        raise PatchsetError(f"{pkg} is not the overlay this checkout built (changed since); move it away and retry")
+    if alien is not None:
+        raise PatchsetError(f"{alien} is not the overlay this checkout built (changed since); move it away and retry")
+    changed = changes(overlay, expected)
+    if changed:
+        raise PatchsetError(f"{', '.join(changed)} in the overlay {overlay} changed while this run worked; "
+                            "run 'revert' again (FORCE=1 saves the changes first)")
     for directory in present:
         fsops.discard(directory)
 
 
-def release(overlay: Path, checkout: Path, files: dict[str, str], edits_saved: bool) -> bool:
+def release(overlay: Path, checkout: Path, expected: Mapping[str, str | None]) -> bool:
     """Drop this checkout from the overlay's owners; delete the package and manifest when none remain.
 
-    The package must be the one built (files), unless the user's edits to it were saved (FORCE). Idempotent,
-    so an interrupted revert can run it again. Returns whether the overlay was removed.
+    The packages must hold what was built, or the edits a forced revert saved (expected). Idempotent, so an
+    interrupted revert can run it again. Returns whether the overlay was removed.
     """
     manifest = load_overlay_manifest(overlay)
     owners = [o for o in (manifest or {}).get("owners", []) if o != str(checkout)]
@@ -170,16 +193,16 @@ def release(overlay: Path, checkout: Path, files: dict[str, str], edits_saved: b
         if owners != manifest["owners"]:
             save_overlay_manifest(overlay, {**manifest, "owners": owners})
         return False
-    remove_ours(overlay, None if edits_saved else files)
+    remove_ours(overlay, expected)
     if manifest is not None:
         fsops.unlink(overlay / MANIFEST)
     return True
 
 
-def restore(overlay: Path, before: dict[str, Any], files: dict[str, str]) -> None:
+def restore(overlay: Path, before: dict[str, Any], expected: Mapping[str, str | None]) -> None:
     """Roll the overlay back to what an interrupted apply found (package there or not, the manifest then)."""
     if not before["package"]:
-        remove_ours(overlay, files)
+        remove_ours(overlay, expected)
     current = load_overlay_manifest(overlay)
     if before["manifest"] is None:
         if current is not None:

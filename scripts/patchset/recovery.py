@@ -17,7 +17,8 @@ from .errors import PatchsetError
 from .plan import sha256
 from .state import image_path, state_dir
 from .targets import CHECKOUT_TARGET as TARGET_CHECKOUT
-from .trees import file_marker
+from .targets import OVERLAY_TARGETS
+from .trees import file_marker, marker_note
 
 
 def sweep_dirs(checkout: Path, state: dict[str, Any] | None, manifest: dict[str, Any] | None,
@@ -26,6 +27,35 @@ def sweep_dirs(checkout: Path, state: dict[str, Any] | None, manifest: dict[str,
     paths = set((state or {}).get("files", {}).get(TARGET_CHECKOUT, {}))
     paths |= set((manifest or {}).get("targets", {}).get(TARGET_CHECKOUT, {}))
     return sorted({checkout, state_dir(checkout), *overlays, *((checkout / p).parent for p in paths)})
+
+
+def expected_overlay(state: dict[str, Any]) -> dict[str, str | None]:
+    """What the overlay's packages must hold for recovery to remove them: the files the apply built, with the
+    edits a forced revert saved in their place (overlay-relative path -> marker; None: deleted)."""
+    saved = (state.get("user_edits") or {}).get("markers", {})
+    edits = {key.split(":", 1)[1]: marker for key, marker in saved.items() if key.split(":", 1)[0] in OVERLAY_TARGETS}
+    return {**state["overlay_files"], **edits}
+
+
+def overlay_edits(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """A status row (target, path, status, sha256, detail) per overlay file that recovery would delete although it
+    is not as the apply built it, nor as a forced revert saved it: changed, added or deleted since. A rollback
+    leaves packages that were there before the apply alone, so it finds none in them."""
+    if state["phase"] == "applying" and state["overlay_before"]["package"]:
+        return []
+    built = state["overlay_files"]
+    return [{"target": rel.split("/")[0], "path": rel, "status": "edited", "sha256": marker,
+             "detail": " (added)" if rel not in built else marker_note(marker)}
+            for rel, marker in ovl.changes(Path(state["overlay"]), expected_overlay(state)).items()]
+
+
+def _check_overlay(state: dict[str, Any]) -> None:
+    """Refuse before anything changes when the overlay holds edits that recovery would delete unsaved."""
+    edits = overlay_edits(state)
+    if edits:
+        names = ", ".join(f"{f['target']}:{f['path']}{f['detail']}" for f in edits)
+        raise PatchsetError(f"the overlay {state['overlay']} was edited since it was built: {names}; 'revert' with "
+                            "--force (FORCE=1) saves them (byte for byte) first")
 
 
 def _check_files(checkout: Path, state: dict[str, Any]) -> None:
@@ -75,8 +105,9 @@ def _remove_created_dirs(checkout: Path, state: dict[str, Any], overlay_too: boo
 def roll_back_apply(checkout: Path, state: dict[str, Any]) -> list[str]:
     """Undo an apply that did not finish; returns the restored paths."""
     _check_files(checkout, state)
+    _check_overlay(state)
     restored = _restore_checkout(checkout, state)
-    ovl.restore(Path(state["overlay"]), state["overlay_before"], state["overlay_files"])
+    ovl.restore(Path(state["overlay"]), state["overlay_before"], expected_overlay(state))
     _remove_created_dirs(checkout, state, overlay_too=True)
     fsops.discard(state_dir(checkout))
     return restored
@@ -85,9 +116,9 @@ def roll_back_apply(checkout: Path, state: dict[str, Any]) -> list[str]:
 def finish_revert(checkout: Path, state: dict[str, Any]) -> tuple[list[str], bool]:
     """Complete a revert (phase 'reverting'); returns the restored paths and whether the overlay was removed."""
     _check_files(checkout, state)
+    _check_overlay(state)
     restored = _restore_checkout(checkout, state)
-    removed = ovl.release(Path(state["overlay"]), checkout, state["overlay_files"],
-                          edits_saved=bool(state.get("user_edits")))
+    removed = ovl.release(Path(state["overlay"]), checkout, expected_overlay(state))
     _remove_created_dirs(checkout, state, overlay_too=removed)
     fsops.discard(state_dir(checkout))
     return restored, removed

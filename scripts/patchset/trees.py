@@ -48,6 +48,15 @@ def file_marker(root: Path, rel: str) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
+def marker_note(marker: str | None) -> str:
+    """What a user must be told about a file_marker beyond 'edited': deleted, a link, or not a regular file."""
+    if marker and marker.startswith("symlink:"):
+        return f" (replaced by a symlink to {marker[8:]})"
+    if marker == "not a regular file":
+        return " (not a regular file)"
+    return " (deleted)" if marker is None else ""
+
+
 @dataclass(frozen=True)
 class CheckoutIdentity:
     """What the UniLab tree is, as far as git can tell."""

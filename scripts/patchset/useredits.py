@@ -2,9 +2,10 @@
 
 Saved to <checkout>/.flashsac-overlay-user-edits-<time>/: files/<target>/<path> is the edited file itself (a
 symlink is saved as the same link), edits.diff a binary-safe unified diff from the patched version (CRLF,
-missing final newline and non-UTF-8 bytes kept; applies with 'git apply'), README.txt lists what was saved and
-what had been deleted. The directory is filled under a temporary name, checked against the live files, and only
-then renamed into place; a copy that does not match stops the revert with the files untouched.
+missing final newline and non-UTF-8 bytes kept; applies with 'git apply') where the journal keeps that version,
+README.txt lists what was saved, what had been deleted and what edits.diff leaves out. The directory is filled
+under a temporary name, checked against the live files, and only then renamed into place; a copy that does not
+match stops the revert with the files untouched.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ def _dest(checkout: Path) -> Path:
 
 
 def save(checkout: Path, edited: list[tuple[str, str, Path, bytes | None]]) -> tuple[Path, dict[str, str | None]]:
-    """Save each edited file (target, path, live root, patched bytes); returns the directory and, per
-    'target:path', the marker (sha256 / symlink / None) of what was saved, for the journal."""
+    """Save each edited file (target, path, live root, patched bytes: None where the journal keeps no copy, so
+    edits.diff cannot show the change); returns the directory and, per 'target:path', the marker (sha256 / symlink
+    / None) of what was saved, for the journal."""
     files: dict[str, tuple[bytes, int]] = {}
     links: dict[str, str] = {}
     markers: dict[str, str | None] = {}
@@ -57,8 +59,12 @@ def save(checkout: Path, edited: list[tuple[str, str, Path, bytes | None]]) -> t
         elif live.is_file():
             data = live.read_bytes()
             files[name] = (data, live.stat().st_mode & 0o7777)
-            diff.append(binary_diff(patched or b"", data, rel))
-            notes.append(f"{target}:{rel} saved as {name} (mode {oct(files[name][1])})")
+            note = f"{target}:{rel} saved as {name} (mode {oct(files[name][1])})"
+            if patched is None:
+                note += "; not in edits.diff: the journal keeps no copy of the file as built"
+            else:
+                diff.append(binary_diff(patched, data, rel))
+            notes.append(note)
         else:
             raise PatchsetError(f"{live} is not a regular file; move it away, then revert")
     files["edits.diff"] = (b"".join(diff), 0o644)
