@@ -47,7 +47,7 @@ def test_rows_carry_what_the_jsons_record() -> None:
     folder = "2026-12-01-h200-mjwarp-mps-sim2sim"
     row = next(line for line in results_index.render().splitlines() if line.startswith(f"| [{folder}]"))
     assert "`cd6f7f83cb25`" in row and "2.11.0+cu130" in row and results_index.MACHINES["h200"] in row
-    assert "[README.md](../README.md)" in row and "[docs/benchmark.md](../docs/benchmark.md)" in row
+    assert "[docs/collector.md](../docs/collector.md)" in row and "[docs/benchmark.md](../docs/benchmark.md)" in row
 
 
 def test_a_new_folder_makes_the_index_stale(project: Path) -> None:

@@ -117,3 +117,48 @@ def headline_table(runs: Sequence[dict[str, Any]]) -> str:
         )
     kept = [run for group in groups.values() for run in group]
     return "\n".join(lines) + f"\n\nPackages, as the runs record them: {_packages(kept)}."
+
+
+#: The settings' names, by envs × schedule (the bench's ``report`` and ``unilab-default``).
+SETTINGS = {(256, "2/1/1"): "the report's setting", (256, "8/4/4"): "the report's setting, 8/4/4",
+            (4096, "8/4/4"): "UniLab's defaults"}
+
+
+def front_tables(runs: Sequence[dict[str, Any]]) -> str:
+    """Markdown: the front page's small tables, one per setting: build and physics, wall per iteration, env
+    steps/s, the speed-up over unpatched 1.3.2 on CPU MuJoCo (its wall over the row's) and launch to 1st
+    iteration, then the machine, series and packages the runs record.
+
+    Meant for one folder of one invocation (one machine, one series), so that every row of a table is comparable;
+    rows as in ``headline_table`` (completed runs of the three builds a user chooses between, the newest series).
+    """
+    groups: dict[Key, list[dict[str, Any]]] = {}
+    for run in runs:
+        if run.get("status") == "completed" and run.get("env_steps_per_s") and run.get("config") in HEADLINE_CONFIGS:
+            groups.setdefault(_key(run), []).append(run)
+    groups = _newest_series(groups)
+    blocks = []
+    for setting in sorted({key[:2] for key in groups}):
+        envs, schedule = setting
+        lines = [f"**{SETTINGS.get(setting, 'a setting of its own')}** ({envs} envs, {schedule})", "",
+                 "| build | physics | wall per iteration (ms) | env steps/s | speed-up | launch → 1st iteration (s) |",
+                 "|---|---|---|---|---|---|"]
+        walls = {key: bench_report.pooled(groups[key], "wall_per_iter_ms") for key in groups if key[:2] == setting}
+        base = [float(w["mean_ms"]) for k, w in walls.items() if w and k[2] == 0 and k[3] == 0]
+        for key in sorted(k for k in groups if k[:2] == setting):
+            _, _, config, physics, mps, device_collector, _ = key
+            wall = walls[key]
+            if wall is None:
+                continue
+            mean = float(wall["mean_ms"])
+            label = bench_configs.CONFIGS[HEADLINE_CONFIGS[config]].label
+            sim = (mjwarp_report.SIM_LABELS[PHYSICS[physics]] + (", CUDA MPS" if mps else "")
+                   + (", device-resident collector" if device_collector else ""))
+            speed = f"{base[0] / mean:.2f}×" if base else "–"
+            lines.append(f"| {label} | {sim} | {mean:.1f} | {envs * 1000.0 / mean:.0f} | {speed} | "
+                         f"{_first_iteration(groups[key])} |")
+        blocks.append("\n".join(lines))
+    kept = [run for group in groups.values() for run in group]
+    machines = sorted({_machine([run]) for run in kept})
+    return ("\n\n".join(blocks) + f"\n\nMeasured on {'; '.join(machines)}. Packages, as the runs record them: "
+            f"{_packages(kept)}.")

@@ -19,7 +19,8 @@ from .targets import PINNED_ARTIFACTS
 __all__ = [
     "GPU_PHYSICS_PINS", "INSTALLED_PINS", "OVERLAY_DIR", "PINNED_ARTIFACTS", "PROJECT_ROOT", "VERSIONS_FILE",
     "PatchsetError", "cache_dir", "embedded_tree",
-    "extract_wheel_package", "file_sha256", "load_pins", "pinned_artifact", "status", "versions_match",
+    "extract_wheel_package", "file_sha256", "load_pins", "pinned_artifact", "series_files", "status",
+    "versions_match",
 ]
 
 
@@ -39,3 +40,24 @@ def status(checkout: Path | None = None, overlay: Path | None = None) -> dict[st
 
     opts = applier.Options(checkout=checkout, overlay=overlay.resolve() if overlay else None)
     return json.loads(json.dumps(applier.status(opts).data, default=str))
+
+
+def series_files(target: str, rel: str) -> tuple[bytes | None, bytes | None, list[tuple[str, dict[str, str], list[str]]]]:
+    """One file of a target as the pinned tree has it and as the committed series leaves it, planned in memory
+    (no checkout touched), and every patch of the series with its DEP-3 header and the lines it adds to any file.
+
+    For documents generated from the series itself (docs/configuration.md): the pre- and post-image of ``rel``
+    and, per patch in series order, ``(name, header, added lines)``.
+    """
+    from .plan import plan_target
+    from .scratch import pristine_trees
+    from .series import load_series
+
+    series = load_series(PROJECT_ROOT / "patches")
+    files = pristine_trees()[target]
+    pre = files[rel][0] if rel in files else None
+    change = plan_target(series.for_target(target), lambda path: files[path][0] if path in files else None).get(rel)
+    post = pre if change is None else change.post
+    patches = [(p.name, dict(p.header), [line.value.rstrip("\n") for f in p.diff for h in f for line in h
+                                         if line.is_added]) for p in series.patches]
+    return pre, post, patches

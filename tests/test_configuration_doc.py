@@ -1,0 +1,49 @@
+"""docs/configuration.md is generated from the series and names every key and environment variable it adds.
+
+The committed page must be what the generator makes of the committed series (``--check``); every key the series
+adds to UniLab's FlashSAC config and every ``FLASHSAC_*`` / ``UNISIM_*`` variable its code reads has a row. The
+negative control drops a key from a copy of the applied config: the generator then leaves that row out, so a
+page kept by hand would be caught.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from conftest import PROJECT
+
+sys.path.insert(0, str(PROJECT / "experiments" / "tables"))
+
+import configuration_doc  # noqa: E402
+from patchset import api  # noqa: E402
+
+
+def test_the_committed_page_is_generated() -> None:
+    proc = subprocess.run([sys.executable, str(PROJECT / "experiments" / "tables" / "configuration_doc.py"),
+                           "--check"], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_every_added_key_and_variable_has_a_row() -> None:
+    page = (PROJECT / "docs" / "configuration.md").read_text()
+    pre, post, patches = api.series_files("unilab", configuration_doc.CONFIG)
+    before = configuration_doc.keys_with_comments(pre.decode())
+    added = [k for k in configuration_doc.keys_with_comments(post.decode()) if k not in before]
+    assert len(added) >= 20
+    assert all(f"| `{key}` |" in page for key in added), [k for k in added if f"| `{key}` |" not in page]
+    variables = {v for _, _, lines in patches for line in lines for v in configuration_doc.ENV_NAME.findall(line)}
+    assert variables and all(f"| `{v}` |" in page for v in variables), variables
+    assert all(re.search(rf"\| `{re.escape(k)}` \| `[^`]+` \| \S", page) for k in added)  # a default and a text
+
+
+def test_a_key_missing_from_the_config_is_missing_from_the_page() -> None:
+    """Negative control: the rows come from the config, not from a list kept beside it."""
+    pre, post, patches = api.series_files("unilab", configuration_doc.CONFIG)
+    text = post.decode()
+    assert "\n  collector_host_ahead: true\n" in text
+    entries = configuration_doc.config_entries(pre, text.replace("\n  collector_host_ahead: true\n", "\n").encode(),
+                                               patches)
+    names = [e.name for e in entries]
+    assert "training.collector_host_ahead" not in names and "training.collector_overlap" in names
