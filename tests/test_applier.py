@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -174,6 +175,23 @@ def test_tampered_patch_refused(checkout: Path, run_patchset: Runner, patches_co
     before = tree_hashes(checkout)
     line = one_line_error(run_patchset("apply", "--unilab", str(checkout), "--patches", str(patches_copy)))
     assert "was modified" in line and patch.name in line
+    assert tree_hashes(checkout) == before
+
+
+def test_a_patch_changed_with_its_manifest_sha256_is_named_as_such(checkout: Path, run_patchset: Runner,
+                                                                   patches_copy: Path) -> None:
+    """A patch file changed and its sha256 in MANIFEST.json changed to match: the series digest is what catches it,
+    and the line says so (not only that the order differs)."""
+    patch = first_patch(patches_copy)
+    patch.write_bytes(b"X-Note: changed by hand\n" + patch.read_bytes())
+    manifest_file = patches_copy / "MANIFEST.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest["patches"][str(patch.relative_to(patches_copy))]["sha256"] = hashlib.sha256(patch.read_bytes()).hexdigest()
+    manifest_file.write_text(json.dumps(manifest))
+    before = tree_hashes(checkout)
+    line = one_line_error(run_patchset("apply", "--unilab", str(checkout), "--patches", str(patches_copy)))
+    assert f"MANIFEST.json's series digest (series_sha256 {manifest['series_sha256'][:12]}) does not match" in line
+    assert "a patch file was changed together with its sha256 in MANIFEST.json" in line
     assert tree_hashes(checkout) == before
 
 

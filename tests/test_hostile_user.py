@@ -288,10 +288,11 @@ def test_an_overlay_no_checkout_uses_is_refused_with_what_to_delete(checkout: Pa
 
 
 def project_with_versions(dest: Path, versions: bytes) -> Path:
-    """A copy of the applier beside a VERSIONS.env of the test's own (the applier reads the one of its project);
-    returns the PYTHONPATH that runs it."""
+    """A copy of the applier, its series and a VERSIONS.env of the test's own in a project folder dest (the applier
+    reads those of its own project); returns the PYTHONPATH that runs it."""
     shutil.copytree(PROJECT / "scripts" / "patchset", dest / "scripts" / "patchset",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PROJECT / "patches", dest / "patches")
     (dest / "VERSIONS.env").write_bytes(versions)
     return dest / "scripts"
 
@@ -387,3 +388,41 @@ def test_overlay_edits_after_a_stopped_revert_do_not_wedge_it(checkout: Path, ov
     assert (saved / "files" / "uni_rl" / "uni_rl" / "mine.py").read_text() == "my own module\n"
     shutil.rmtree(saved)
     assert tree_hashes(checkout) == pristine and not (overlay / "uni_rl").exists()
+
+
+def test_a_damaged_or_deleted_overlay_manifest_is_named_by_status_and_apply(checkout: Path, overlay: Path,
+                                                                           run_patchset: Runner) -> None:
+    """An applied checkout whose overlay's MANIFEST.json is corrupt or gone: status and apply say so in one line
+    (exit 1) and change nothing, rather than 'applied' and 'already applied'; the advice (revert) works."""
+    pristine = tree_hashes(checkout)
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    manifest = overlay / "MANIFEST.json"
+    manifest.write_text("{\n")
+    for damage, needle in (("corrupt", f"{manifest} is corrupt"), ("deleted", f"its overlay manifest {manifest} is "
+                                                                              "missing (deleted since?); 'revert'")):
+        if damage == "deleted":
+            manifest.unlink()
+        before, overlay_before = tree_hashes(checkout), tree_hashes(overlay)
+        for command in ("status", "apply"):
+            one_line(run_patchset(command, "--unilab", str(checkout)), needle)
+            assert tree_hashes(checkout) == before and tree_hashes(overlay) == overlay_before, (damage, command)
+    reverted = run_patchset("revert", "--unilab", str(checkout))
+    assert reverted.returncode == 0 and "overlay removed" in reverted.stdout, reverted.stderr
+    assert tree_hashes(checkout) == pristine and not (overlay / "uni_rl").exists()
+
+
+def test_an_overlay_among_the_projects_sources_or_in_the_journal_is_refused(checkout: Path, tmp_path: Path) -> None:
+    """OVERLAY= the project's patches/ folder (whose MANIFEST.json the overlay's would be mistaken for), a new folder
+    in another of its source folders, or the checkout's journal folder: one line naming the place and why, nothing
+    created or changed."""
+    project = tmp_path / "project"
+    scripts = project_with_versions(project, (PROJECT / "VERSIONS.env").read_bytes())
+    before, project_before = tree_hashes(checkout), tree_hashes(project)
+    for place, why in ((project / "patches", "which holds this project's own files"),
+                       (project / "docs" / "overlay", "which holds this project's own files"),
+                       (checkout / ".flashsac-overlay", "where patchset keeps the journal of the checkout")):
+        proc = patchset(place, "apply", "--unilab", str(checkout), env={"PYTHONPATH": str(scripts)})
+        where = f"lies in {place.parent}" if place.name == "overlay" else f"is the folder {place}"
+        one_line(proc, f"the overlay {place} {where}, {why}; choose another OVERLAY=")
+        assert tree_hashes(checkout) == before and tree_hashes(project) == project_before, place
+        assert not (project / "docs").exists() and not (checkout / ".flashsac-overlay").exists()

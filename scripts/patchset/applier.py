@@ -149,12 +149,17 @@ def _flag_lines(state: dict[str, Any]) -> list[str]:
 
 def _require_overlay(checkout: Path, overlay: Path) -> None:
     """An applied checkout's overlay packages must still be there: without them a run imports the installed,
-    unpatched ones, and a per-file status would only list every overlay file as changed."""
+    unpatched ones, and a per-file status would only list every overlay file as changed. So must its manifest,
+    readable: the provenance hook checks every imported file against it, and the revert reads its owners."""
     missing = [p for p in OVERLAY_TARGETS if not ovl.package_dir(overlay, p).is_dir()]
     if missing:
         what = "is missing" if not overlay.exists() else f"lacks {', '.join(missing)}"
         raise PatchsetError(f"{checkout} is applied, but its overlay {overlay} {what} (deleted since?); 'revert' "
                             "restores the checkout, then 'apply' builds the overlay again")
+    if ovl.load_overlay_manifest(overlay) is None:  # a corrupt one is refused there, in its own line
+        raise PatchsetError(f"{checkout} is applied, but its overlay manifest {overlay / ovl.MANIFEST} is missing "
+                            "(deleted since?); 'revert' restores the checkout and removes the overlay, then 'apply' "
+                            "builds it again")
 
 
 def _already_applied(opts: Options, checkout: Path, series: Series, state: dict) -> Outcome:
@@ -294,12 +299,13 @@ def _lock_overlays(locks: DirLocks, overlays: set[Path]) -> None:
 def apply(opts: Options) -> Outcome:
     pins, series, manifest = _load(opts)
     checkout = resolve_checkout(opts, create=True)
+    overlay = (opts.overlay or OVERLAY_DIR).resolve()
+    checks.check_overlay_place(overlay, checkout, opts.patches_dir)
     out = Outcome()
     with ExitStack() as stack:
         locks = DirLocks(stack)
         locks.take(checkout, "the checkout")
         state = load_state(checkout)
-        overlay = (opts.overlay or OVERLAY_DIR).resolve()
         overlays = {overlay, *([Path(state["overlay"])] if state else [])}
         _lock_overlays(locks, overlays)
         removed = fsops.remove_temporaries(recovery.sweep_dirs(checkout, state, manifest, overlays))

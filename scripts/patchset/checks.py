@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PatchsetError
+from .paths import OVERLAY_DIR, PROJECT_ROOT, SOURCE_DIRS, STATE_DIRNAME
 from .pins import VersionCheck, check_installed
 from .plan import FileChange, sha256
 from .trees import identify_checkout, is_writable_file
@@ -70,3 +71,19 @@ def check_writable(checkout: Path, plan: dict[str, FileChange]) -> None:
         parent = next(p for p in full.parents if p.exists())
         if not os.access(parent, os.W_OK):
             raise PatchsetError(f"cannot write in {parent}")
+
+
+def check_overlay_place(overlay: Path, checkout: Path, patches_dir: Path) -> None:
+    """The overlay gets uni_rl/, unisim/ and a MANIFEST.json written into it, and the last revert deletes them:
+    it must not lie where those names already mean something else. In the project's patches/ its manifest would
+    be taken for the series' MANIFEST.json (and an apply's advice would be to delete that); among the project's
+    other sources it would be committed with them; in the checkout's journal folder it would collide with the
+    journal itself."""
+    journal = checkout / STATE_DIRNAME
+    places = [(journal, "where patchset keeps the journal of the checkout")]
+    places += [(folder, "which holds this project's own files") for folder in (PROJECT_ROOT, *SOURCE_DIRS, patches_dir)]
+    for folder, why in places:
+        if overlay == folder or (folder in overlay.parents and folder != PROJECT_ROOT):
+            where = "is the folder" if overlay == folder else "lies in"
+            raise PatchsetError(f"the overlay {overlay} {where} {folder}, {why}; choose another OVERLAY= "
+                                f"(--overlay), e.g. the default {OVERLAY_DIR}")

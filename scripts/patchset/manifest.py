@@ -79,4 +79,12 @@ def verify_series(series: Series, manifest: dict[str, Any]) -> None:
     if missing:
         raise PatchsetError(f"series lacks patch(es) recorded in {MANIFEST_NAME}: {', '.join(missing)}")
     if manifest["series_sha256"] != series.sha256:
-        raise PatchsetError("patches/series order differs from the manifest")
+        # Every patch matched its own sha256 above, so only the series digest (over target, name and sha256 in
+        # series order) can tell: the recorded digest was made from other sha256s or another order, and nothing
+        # recorded says which.
+        raise PatchsetError(
+            f"{MANIFEST_NAME}'s series digest (series_sha256 {manifest['series_sha256'][:12]}) does not match series "
+            f"and its patch files ({series.sha256[:12]}), although each patch file matches its own sha256 there: a "
+            f"patch file was changed together with its sha256 in {MANIFEST_NAME}, or series lists the patches in "
+            "another order; restore both with git, or run 'make manifest' after an intended edit"
+        )
