@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Stop, kill and resume checks of a training run (uni_rl 0011, unilab 0008), one mode per run; prints one JSON.
+"""Stop, kill and resume checks of a training run (uni_rl 0011, unilab 0007), one mode per run; prints one JSON.
 
 Run from an applied UniLab tree's root (G1 meshes unpacked) with the overlay, the tree's `src`, `experiments/evidence/`, `experiments/profile/`
 and `tests/` on `PYTHONPATH`. Modes:

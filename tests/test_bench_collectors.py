@@ -119,7 +119,7 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
     overrides = _overrides("--backend", "mjwarp", "--collector", "device")
     assert "training.collector=device" in overrides and "task=g1_walk_flat/mjwarp" in overrides
     assert _resolve(composed, overrides) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
-    # The patched tree's MJWarp owner trains with the device collector by default (unilab 0007), so the bench
+    # The patched tree's MJWarp owner trains with the device collector by default (unilab 0006), so the bench
     # names the collector of every run on the patched tree; the pristine tree has no key (references: none).
     default = [o for o in _overrides("--backend", "mjwarp") if not o.startswith(bench_configs.COLLECTOR_KEY)]
     assert _resolve(composed, default) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]

@@ -589,9 +589,9 @@ def test_headline_keeps_the_builds_a_user_picks_and_marks_mps() -> None:
 
     folder = "results/2026-12-01-h200-mjwarp-mps-sim2sim/bench-mps"
     runs = [{**run, "_folder": folder} for run in bench_report.load_runs(PROJECT / folder)]
-    pinned = {**runs[0], "config": "collector-pinned", "status": "completed"}
-    table = headline_table.headline_table([*runs, pinned])
-    assert "collector pinned" not in table and len(table.split("\n\n")[0].splitlines()) == 2 + 2
+    behind = {**runs[0], "config": "compile-behind", "status": "completed"}
+    table = headline_table.headline_table([*runs, behind])
+    assert "compiled behind" not in table and len(table.split("\n\n")[0].splitlines()) == 2 + 2
     assert "| MuJoCo Warp (GPU), CUDA MPS | 1 | 38.0 | 107662 |" in table
     assert "| MuJoCo Warp (GPU) | 1 | " in table and "| 91133 |" in table
     assert "| 2026-12-01-h200-mjwarp-mps-sim2sim |" in table

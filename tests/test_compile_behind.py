@@ -1,4 +1,4 @@
-"""Training starts on the eager path and compiles behind (uni_rl 0014, unilab 0009), on the CPU.
+"""Training starts on the eager path and compiles behind (uni_rl 0014, unilab 0008), on the CPU.
 
 - The learner's swap: a learner trained three iterations on its deferred (eager) path, swapped to its
   compiled paths through the runner's warm-up and trained on, ends bitwise where the uncompiled learner

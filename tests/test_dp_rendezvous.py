@@ -1,4 +1,4 @@
-"""Data-parallel rendezvous (uni_rl 0009, unilab 0004): torchrun's environment or UniLab's file store.
+"""Data-parallel rendezvous (uni_rl 0009, unilab 0003): torchrun's environment or UniLab's file store.
 
 Two real processes run the patched DpParameterSync.start (the code path the learner uses) with the gloo
 backend, since this machine has no GPU: the NCCL transport choice and NCCL itself are not exercised.

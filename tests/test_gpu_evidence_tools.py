@@ -6,8 +6,8 @@ The learner kernel profile's, the env form bench's and the beside-physics bench'
 
 - ``experiments/evidence/learner_kernel_profile.py`` runs on the CPU as a smoke run: the learner built as training
   builds it (G1 Walk Flat's dimensions from its env), warmed up, timed and profiled; the operations it counts add
-  up over their kinds, and the per-update path, the learner without aligned products and combo kernels and with
-  coordinate-descent tuning are the ones it says it ran.
+  up over their kinds, and the per-update path and the learner without aligned products and combo kernels are the
+  ones it says it ran.
 - ``experiments/evidence/device_env_bench.py --forms`` runs on Warp's CPU device as a smoke run: each form of the
   device env's step is built as named (the form each env says it ran, its sensors' stages too), stepped in
   alternating blocks, and timed.
@@ -59,8 +59,7 @@ def _run(tree: tuple[Path, Path], script: str, *args: str, **extra: str) -> subp
 @SMOKE_RUN
 def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> None:
     proc = _run(tree, "learner_kernel_profile.py", "--setting", "report", "--updates-per-step", "2",
-                "--iterations", "2", "--profiled", "1", "--per-update", "--no-aligned-products", "--no-combo-kernels",
-                "--coordinate-descent-tuning")
+                "--iterations", "2", "--profiled", "1", "--per-update", "--no-aligned-products", "--no-combo-kernels")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["dims"] == {"obs_dim": 98, "critic_obs_dim": 101, "action_dim": 29}, result["dims"]
@@ -68,7 +67,6 @@ def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> 
     assert result["whole_iteration_graph"] is False and result["device"] == "cpu", result
     # aligned products and combo kernels are the tree's defaults (unilab 0001): the flags turn them off
     assert result["aligned_products"] is False and result["combo_kernels"] is False, result
-    assert result["coordinate_descent_tuning"] is True, result  # off in the tree: the flag turns it on
     profile = result["profile"]
     assert profile["kernels_per_iteration"] > 100, profile
     assert sum(kind["per_iteration"] for kind in profile["by_kind"].values()) == pytest.approx(

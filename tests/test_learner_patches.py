@@ -20,8 +20,7 @@ import pytest
 from conftest import PROJECT
 from snippets import run_snippet
 
-SWITCHES = ("compile_full_objectives", "finite_guard", "deferred_metrics", "aligned_products", "combo_kernels",
-            "coordinate_descent_tuning")
+SWITCHES = ("compile_full_objectives", "finite_guard", "deferred_metrics", "aligned_products", "combo_kernels")
 
 def test_series_patches_the_learner_files(
     pristine_uni_rl_root: Path, patched_uni_rl_root: Path
@@ -579,8 +578,6 @@ def test_config_keys_exist_with_intended_defaults(patched_unilab_root: Path) -> 
         assert params.use_whole_cycle_cuda_graph is True  # the recommended default
         assert params.aligned_products is True  # measured on a GPU: numerics gate and learning parity held
         assert params.combo_kernels is True  # measured on a GPU: numerics gate and learning parity held
-        assert params.coordinate_descent_tuning is False  # until measured on a GPU
-        assert params.sm_carveout == 0  # every SM to the products until its numerics gate and parity
         # The four configurations of the original report, from the command line alone:
         # each turns the whole-cycle graph off, as the config's comment says.
         off = "algo.algo_params.use_whole_cycle_cuda_graph=false"
@@ -636,71 +633,6 @@ def test_builder_reads_switches_with_1_3_2_defaults(patched_uni_rl_root: Path) -
     assert {key: reads.get(key) for key in SWITCHES} == dict.fromkeys(SWITCHES, False)
 
 
-
-def test_sm_carveout_is_set_around_every_learner_capture_and_set_back(patched_uni_rl_root: Path) -> None:
-    """``sm_carveout`` (uni_rl 0021): a learner argument, 0 by default, read by the builder with 0 when the config
-    lacks it; refused in one line below zero or not a whole number; ``products_leaving`` sets torch's carveout
-    inside and sets back what was set before, also when its body raises; and every CUDA graph capture of the
-    learner (``cuda_capture.capture`` in a ``with``) has ``products_leaving(self.sm_carveout)`` in the same
-    statement. Control: a context that sets the carveout and never sets it back fails the same check."""
-    source = (patched_uni_rl_root / "uni_rl/algos/flash_sac/learner.py").read_text()
-    captures = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.With):
-            calls = [ast.unparse(item.context_expr) for item in node.items]
-            if any(call.startswith("cuda_capture.capture(") for call in calls):
-                captures.append("products_leaving(self.sm_carveout)" in calls)
-    assert len(captures) == 3 and all(captures), captures
-    builder = (patched_uni_rl_root / "uni_rl/algos/flash_sac/double_buffer.py").read_text()
-    assert 'cfg.algo.algo_params.get("sm_carveout", 0)' in builder
-    result = run_snippet(
-        patched_uni_rl_root,
-        """
-        import contextlib, inspect
-        from uni_rl.algos.common.sm_carveout import products_leaving
-
-        @contextlib.contextmanager
-        def never_set_back(sms):
-            torch._C._set_sm_carveout_experimental(sms)
-            yield
-
-        def check(context):
-            torch._C._set_sm_carveout_experimental(16)
-            seen = []
-            with context(32):
-                seen.append(torch._C._get_sm_carveout_experimental())
-            seen.append(torch._C._get_sm_carveout_experimental())
-            try:
-                with context(48):
-                    raise KeyError("body")
-            except KeyError:
-                pass
-            seen.append(torch._C._get_sm_carveout_experimental())
-            torch._C._set_sm_carveout_experimental(None)
-            with context(0):
-                seen.append(torch._C._get_sm_carveout_experimental())
-            return seen
-
-        refused = {}
-        for bad in (-1, 1.5, True):
-            try:
-                learner(sm_carveout=bad)
-            except ValueError as exc:
-                refused[repr(bad)] = str(exc)
-        print(json.dumps({
-            "default": inspect.signature(FlashSACLearner.__init__).parameters["sm_carveout"].default,
-            "set_on_cpu": learner(sm_carveout=32).sm_carveout,
-            "refused": refused,
-            "products_leaving": check(products_leaving),
-            "control": check(never_set_back),
-        }))
-        """,
-    )
-    assert result["default"] == 0 and result["set_on_cpu"] == 32, result
-    assert sorted(result["refused"]) == ["-1", "1.5", "True"], result
-    assert all("\n" not in message and "sm_carveout" in message for message in result["refused"].values()), result
-    assert result["products_leaving"] == [32, 16, 16, None], result
-    assert result["control"] != [32, 16, 16, None], result
 
 @pytest.mark.parametrize("switch", SWITCHES)
 def test_switch_is_a_learner_argument_defaulting_off(patched_uni_rl_root: Path, switch: str) -> None:
@@ -877,10 +809,9 @@ def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_
     assert result["ones_control"] > 1e-3, result
 
 
-@pytest.mark.parametrize("switch", ["combo_kernels", "coordinate_descent_tuning"])
+@pytest.mark.parametrize("switch", ["combo_kernels"])
 def test_inductor_switches_reach_every_function_the_learner_compiles(patched_uni_rl_root: Path, switch: str) -> None:
-    """``combo_kernels`` (uni_rl 0019) and ``coordinate_descent_tuning`` (uni_rl 0020) each add the Inductor option
-    of their name to every function the learner compiles, and change nothing else of the compile: the learner's
+    """``combo_kernels`` (uni_rl 0019) adds the Inductor option of its name to every function the learner compiles, and change nothing else of the compile: the learner's
     CUDA-only compile gate is lifted with a compile that records its arguments and compiles nothing. Control: the
     switch off passes the same calls without the option."""
     result = run_snippet(

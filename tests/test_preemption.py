@@ -1,4 +1,4 @@
-"""A training run survives its own faults (uni_rl 0011, unilab 0008) on the CPU: real processes, real signals.
+"""A training run survives its own faults (uni_rl 0011, unilab 0007) on the CPU: real processes, real signals.
 
 UniLab's real G1 Walk Flat env in every check (CPU MuJoCo behind the test adapter, MuJoCo Warp on Warp's CPU
 device, the host path's real collector process); each check has a negative control that must fail:

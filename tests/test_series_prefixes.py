@@ -10,8 +10,9 @@ and statistics of unpatched 1.3.2, bit for bit (a negative control, the full ser
 detaches the temperature, must not).
 tests/data/series-3acca94a9d68.json records the fully applied trees of the series the curated one replaced
 (83 patches in the order they were written): the curated series must give exactly those trees, every file of
-every target, but for the lines the record lists as amended (comments that named patches by their old
-numbers), and dropping any one of its patches must not.
+every target, but for the texts the record lists (comments that named patches by their old numbers, and the
+switches removed since because they measured no gain, each as the text the series has now and the text it had),
+and dropping any one of its patches must not.
 """
 
 from __future__ import annotations
@@ -156,17 +157,21 @@ def test_every_prefix_applies_imports_and_trains_on_cpu(tmp_path: Path, trees: d
 
 
 def _as_recorded(patches: list, trees: dict) -> tuple[dict, dict]:
-    """The applied trees of ``patches`` with the record's amended lines put back as they were, and per target the
-    touched files whose post-image differs from the record's."""
+    """The applied trees of ``patches`` with the record's differences put back as they were (each amended text
+    replaced by the recorded text, each removed file restored), and per target the files whose content differs
+    from the record's post-images."""
     got, differing = {}, {}
     for target, (files, post) in applied_files(patches, trees).items():
         files = dict(files)
-        for rel, lines in RECORD["amended"].get(target, {}).items():
+        for rel, pairs in RECORD["amended"].get(target, {}).items():
             text = files[rel][0].decode()
-            for new, old in lines:
-                assert text.count(new + "\n") == 1, (target, rel, new)
-                text = text.replace(new + "\n", old + "\n")
+            for new, old in pairs:
+                assert text.count(new) == 1, (target, rel, new)
+                text = text.replace(new, old)
             files[rel] = (text.encode(), files[rel][1])
+        for rel, text in RECORD["removed_files"].get(target, {}).items():
+            assert rel not in files, (target, rel)
+            files[rel] = (text.encode(), 0o644)
         before = RECORD["applied"][target]["post"]
         differing[target] = sorted(rel for rel in set(before) | set(post) if before.get(rel) != post.get(rel))
         got[target] = tree_digest(files)
@@ -177,9 +182,10 @@ def test_curated_series_builds_the_trees_of_the_series_it_replaced(trees: dict) 
     series = load_series(PROJECT / "patches")
     assert len(series.patches) < len(RECORD["patches"])
     got, differing = _as_recorded(series.patches, trees)
-    # The post-images differ in exactly the amended files, and with their amended lines put back every target's
-    # whole tree (every file, touched or not: path, mode and bytes) is the recorded one.
-    assert differing == {t: sorted(RECORD["amended"].get(t, {})) for t in differing}
+    # The post-images differ in exactly the amended and removed files, and with their recorded texts put back every
+    # target's whole tree (every file, touched or not: path, mode and bytes) is the recorded one.
+    assert differing == {t: sorted({*RECORD["amended"].get(t, {}), *RECORD["removed_files"].get(t, {})})
+                         for t in differing}
     assert got == {t: RECORD["applied"][t]["tree_sha256"] for t in got}
 
 

@@ -38,11 +38,11 @@ from offline.build import WarpKernels, _applied_tree  # noqa: E402
 H200_LOG = (PROJECT / "results" / "2026-12-04-h200-warp-kernel-cache" / "cubin"
             / "fresh-report-compile-behind-cubin-seeded.log.gz")
 SCRATCH_BROADPHASE = "wp__nxn_broadphase__locals__kernel_cad8873c_cad8873"
-#: The fused step's kernel factories (unilab 0006's ``fused_step``), in launch order; the first is the step's.
+#: The fused step's kernel factories (unilab 0005's ``fused_step``), in launch order; the first is the step's.
 FUSED = ("_step_kernel", "_count_kernel", "_curriculum_kernel", "_reset_first_kernel", "_reset_state_kernel",
          "_reset_observe_kernel")
 FUSED_STEP = FUSED[0]
-#: The env step's timestamp kernel's module (unilab 0006).
+#: The env step's timestamp kernel's module (unilab 0005).
 STAMPS = "unilab.envs.device.step_stamps"
 
 
@@ -112,7 +112,7 @@ def test_the_fused_steps_kernels_are_planned_at_each_env_count(planned: dict[int
 
 
 def test_the_step_stamps_kernel_is_planned_once(planned: dict[int, tuple[dict, Path]]) -> None:
-    """The env step's timestamp kernel (unilab 0006, on by default) is built ahead too: one module, the same at
+    """The env step's timestamp kernel (unilab 0005, on by default) is built ahead too: one module, the same at
     every world count (it holds no count)."""
     ids = [[entry["id"] for entry in planned[worlds][0]["modules"] if entry["module"] == STAMPS]
            for worlds in (256, 4096)]

@@ -72,7 +72,6 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 composed = compose("config", overrides=list(config.overrides))
                 params = composed.algo.algo_params
                 chosen[name] = (params[SWITCH], params[inference])
-                assert composed.training.learner_reserved_cpus == (1 if name == "collector-pinned" else 0)
                 # The bench compiles every configuration but compile-behind before tick 0 (the tree: auto).
                 assert composed.training.compile_behind is (name == "compile-behind")
                 assert composed.training.device_env_stream == ("warp" if name == "device-env-warp-stream" else "own")
@@ -89,8 +88,6 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 assert composed.training.device_env_step_split is (name != "device-env-no-step-split")
                 assert params.aligned_products is (name != "no-aligned-products")  # the default (unilab 0001)
                 assert params.combo_kernels is (name != "no-combo-kernels")  # the tree's default (unilab 0001)
-                assert params.coordinate_descent_tuning is (name == "coordinate-descent-tuning")
-                assert params.sm_carveout == (32 if name == "sm-carveout-32" else 0)
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
                 tree = dict(bench_configs.TREE_LEARNING_RATES)
                 scale = 0.1 if name == bench_configs.NEGATIVE_CONTROL else 1.0
@@ -103,7 +100,6 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "whole-cycle-graph": (True, False),
         "whole-cycle-graph-inference": (True, True),
         "patched-default": (True, True),
-        "collector-pinned": (True, True),  # the default learner; only the CPU placement differs
         "compile-behind": (True, True),  # the default learner; compiled behind, from a later iteration
         "device-env-warp-stream": (True, True),  # the default learner; the device env on Warp's stream
         "logging-off": (True, True),  # the default learner; no TensorBoard scalars
@@ -118,8 +114,6 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "no-aligned-products": (True, True),  # the default learner; its products on their own widths
         "combo-kernels": (True, True),  # the default learner; Inductor's combo kernels set explicitly
         "no-combo-kernels": (True, True),  # the default learner; compiled without Inductor's combo kernels
-        "coordinate-descent-tuning": (True, True),  # the default learner; Inductor's tuning of its Triton kernels
-        "sm-carveout-32": (True, True),  # the default learner; its captured products leave 32 SMs free
         "warp-lazy-build": (True, True),  # the default learner; MuJoCo Warp's kernels built at their launch
         "warp-build-ahead": (True, True),  # the default learner; MuJoCo Warp's core kernels built ahead
         bench_configs.NEGATIVE_CONTROL: (True, True),  # the default learner with learning rates ÷10

@@ -44,30 +44,24 @@ INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
 ALIGNED_PRODUCTS_KEY = f"{ALGO_PARAMS}.aligned_products"
 #: The patched config's Inductor combo kernels in the learner's compiled functions (uni_rl 0019, unilab 0001).
 COMBO_KERNELS_KEY = f"{ALGO_PARAMS}.combo_kernels"
-#: The patched config's Inductor coordinate-descent tuning of the learner's Triton kernels (uni_rl 0020, unilab 0001).
-COORDINATE_DESCENT_TUNING_KEY = f"{ALGO_PARAMS}.coordinate_descent_tuning"
-#: The patched config's SMs the learner's captured products leave to the env's stream (uni_rl 0021, unilab 0001).
-SM_CARVEOUT_KEY = f"{ALGO_PARAMS}.sm_carveout"
-#: The patched config's single-rank CPU split (unilab 0002): CPUs kept for the learner.
-LEARNER_RESERVED_CPUS_KEY = "training.learner_reserved_cpus"
-#: The patched config's choice of who steps the env (unilab 0007): ``host`` or ``device``.
+#: The patched config's choice of who steps the env (unilab 0006): ``host`` or ``device``.
 COLLECTOR_KEY = "training.collector"
-#: The patched config's start on the eager path while a helper process compiles (unilab 0009:
+#: The patched config's start on the eager path while a helper process compiles (unilab 0008:
 #: ``auto``, the default, is on with one rank on a CUDA device).
 COMPILE_BEHIND_KEY = "training.compile_behind"
-#: The patched config's stream of the device env (unilab 0006): ``own`` (non-blocking) or ``warp``.
+#: The patched config's stream of the device env (unilab 0005): ``own`` (non-blocking) or ``warp``.
 DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
-#: The patched config's physics sensors of the device env (unilab 0006): ``last_substep`` or ``every_substep``.
+#: The patched config's physics sensors of the device env (unilab 0005): ``last_substep`` or ``every_substep``.
 DEVICE_ENV_SENSORS_KEY = "training.device_env_sensors"
-#: The patched config's draws of the device env taken a step ahead, beside the step (unilab 0006): true or false.
+#: The patched config's draws of the device env taken a step ahead, beside the step (unilab 0005): true or false.
 DEVICE_ENV_DRAWS_AHEAD_KEY = "training.device_env_draws_ahead"
-#: The patched config's form of the device env's work between the physics and the reset (unilab 0006): ``torch``
-#: or ``fused`` (the default, with its reset only on a step with a done row, unilab 0006).
+#: The patched config's form of the device env's work between the physics and the reset (unilab 0005): ``torch``
+#: or ``fused`` (the default, with its reset only on a step with a done row, unilab 0005).
 DEVICE_ENV_TERMS_KEY = "training.device_env_terms"
 DEVICE_ENV_STEP_SPLIT_KEY = "training.device_env_step_split"
-#: The patched config's read-back of the device collector (unilab 0007): an iteration behind, or at its end.
+#: The patched config's read-back of the device collector (unilab 0006): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
-#: The patched config's start of the device env step beside the learner (unilab 0007): after the action, or
+#: The patched config's start of the device env step beside the learner (unilab 0006): after the action, or
 #: after the batch gather.
 ENV_STEP_EARLY_KEY = "training.collector_env_step_early"
 
@@ -174,9 +168,6 @@ CONFIGS: dict[str, BenchConfig] = {
                     reference="baseline"),
         BenchConfig("upstream-1.4.0", "upstream unilab-rl 1.4.0 compile_full_objectives", "installed",
                     (("use_compile", True), ("compile_full_objectives", True)), reference="upstream"),
-        BenchConfig("collector-pinned", "patched defaults + collector pinned (1 CPU kept for the learner)",
-                    "overlay", (), requires_key=LEARNER_RESERVED_CPUS_KEY, training=(("learner_reserved_cpus", 1),),
-                    notes="the collector's MuJoCo pool pinned to all usable CPUs but the first (unilab 0002)"),
         BenchConfig("compile-behind", "patched defaults, compiled behind", "overlay", (),
                     requires_key=COMPILE_BEHIND_KEY, training=(("compile_behind", "true"),),
                     notes="eager iterations while a helper process compiles, the compiled paths from a later "
@@ -192,8 +183,8 @@ CONFIGS: dict[str, BenchConfig] = {
                     "physics substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
                     training=(("device_env_sensors", "every_substep"),), collectors=("device",),
                     notes="MuJoCo Warp's step computes every stage's sensors in each substep (the step before "
-                          "unilab 0006); the default computes the position and velocity sensors in the last "
-                          "substep only (unilab 0006), with bitwise the same values of every sensor the env reads: "
+                          "unilab 0005); the default computes the position and velocity sensors in the last "
+                          "substep only (unilab 0005), with bitwise the same values of every sensor the env reads: "
                           "compare with patched-default for what the skipped sensor kernels gain"),
         BenchConfig("device-env-acceleration-sensors", "patched defaults + the device env's acceleration-stage "
                     "sensors in the last substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
@@ -217,14 +208,14 @@ CONFIGS: dict[str, BenchConfig] = {
                     collectors=("device",),
                     notes="the env step's terminations, rewards, command, observations and reset of the done rows "
                           "as about 240 torch operations, the reset on every step, also without a done row; "
-                          "the default does that work as six Warp kernels (unilab 0006) "
+                          "the default does that work as six Warp kernels (unilab 0005) "
                           "and resets only on a step with a done row, a conditional node of the step's CUDA graph "
-                          "(unilab 0006), with the same values within float32 rounding: compare with "
+                          "(unilab 0005), with the same values within float32 rounding: compare with "
                           "patched-default for what both gain"),
         BenchConfig("device-env-no-step-split", "patched defaults without the device env's timestamps of its "
                     "step's parts", "overlay", (), requires_key=DEVICE_ENV_STEP_SPLIT_KEY,
                     training=(("device_env_step_split", "false"),), collectors=("device",),
-                    notes="no one-thread stamp kernels in the env step (four per step, unilab 0006), so no split of "
+                    notes="no one-thread stamp kernels in the env step (four per step, unilab 0005), so no split of "
                           "the env step into physics, terms and reset in the run JSON: compare with patched-default "
                           "for what the stamps cost"),
         BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
@@ -248,18 +239,6 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="every function the learner compiles without Inductor's combo kernels (the learner "
                           "without them): compare with patched-default for what fewer, larger Triton "
                           "kernels gain"),
-        BenchConfig("coordinate-descent-tuning", "patched defaults + Inductor's coordinate-descent tuning in the "
-                    "learner", "overlay", (("coordinate_descent_tuning", True),),
-                    requires_key=COORDINATE_DESCENT_TUNING_KEY,
-                    notes="every function the learner compiles with Inductor's coordinate-descent tuning of its "
-                          "Triton kernels' block sizes and warps (uni_rl 0020: a reduction's tiling may change; "
-                          "the compile takes longer): compare with patched-default for what tuned Triton kernels "
-                          "gain"),
-        BenchConfig("sm-carveout-32", "patched defaults + the learner's captured products leaving 32 SMs free",
-                    "overlay", (("sm_carveout", 32),), requires_key=SM_CARVEOUT_KEY,
-                    notes="the learner's CUDA graphs captured with cuBLAS products sized for 32 fewer SMs (uni_rl "
-                          "0021), so that the device env's physics on its own stream finds SMs free while they "
-                          "run: compare with patched-default for what the physics' shorter stretch gains"),
         BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
                     "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
                     training=(("collector_host_ahead", "false"),), collectors=("device",),
@@ -317,12 +296,9 @@ NUMERICS_STUDY: dict[str, str | tuple[str, ...]] = {
     "full_objective_compile_manual_graphs": "compile-graphs",
     "whole_cycle_graph": "whole-cycle-graph-inference",
     # The learner switches the tree's config sets, each on the default whole-iteration graph: aligned products
-    # (the tree's default (unilab 0001)), combo kernels, coordinate-descent tuning and the
-    # products' SM carveout (both off until measured); the learner's own defaults are off.
+    # and combo kernels (the tree's defaults, unilab 0001); the learner's own defaults are off.
     "whole_cycle_graph_aligned_products": ("whole-cycle-graph-inference", "aligned-products"),
     "whole_cycle_graph_combo_kernels": ("whole-cycle-graph-inference", "combo-kernels"),
-    "whole_cycle_graph_coordinate_descent_tuning": ("whole-cycle-graph-inference", "coordinate-descent-tuning"),
-    "whole_cycle_graph_sm_carveout": ("whole-cycle-graph-inference", "sm-carveout-32"),
 }
 #: The replay-stability study's graph paths (validate_replay_stability.py --paths; keys of its report).
 REPLAY_STUDY: dict[str, str] = {
@@ -349,19 +325,19 @@ class Collector:
 
     def overrides_on(self, tree: TreeKind) -> tuple[str, ...]:
         """The Hydra override on a tree: the patched tree's config has the switch and every run names its
-        collector (the MuJoCo Warp owner defaults to the device one, unilab 0007); the pristine tree has no key
+        collector (the MuJoCo Warp owner defaults to the device one, unilab 0006); the pristine tree has no key
         and only the host collector."""
         return (f"{COLLECTOR_KEY}={self.name}",) if tree == "patched" else ()
 
     @property
     def requires_key(self) -> str | None:
-        """A collector other than UniLab 1.3.2's own needs the switch in the tree's flashsac config (unilab 0007)."""
+        """A collector other than UniLab 1.3.2's own needs the switch in the tree's flashsac config (unilab 0006)."""
         return COLLECTOR_KEY if self.name != "host" else None
 
 
 #: The collectors: the host path (a spawned process stepping UniLab's NumPy env; the host runners name no
 #: collector in their records) and the device-resident one (uni_rl 0010): the learner's process steps
-#: the task's device env, which UniLab has for G1 Walk Flat on MuJoCo Warp only (unilab 0006,
+#: the task's device env, which UniLab has for G1 Walk Flat on MuJoCo Warp only (unilab 0005,
 #: ``DEVICE_ENV_FACTORIES``).
 COLLECTORS: dict[str, Collector] = {
     c.name: c

@@ -189,7 +189,7 @@ def prepare(args: argparse.Namespace) -> tuple[dict, Path, list[str], Path | Non
     for name in args.collectors:
         need = bench_configs.COLLECTORS[name].requires_key
         if need and need not in keys:
-            raise BenchSetupError(f"COLLECTOR={name} needs {need} in the tree's flashsac config (unilab 0007)")
+            raise BenchSetupError(f"COLLECTOR={name} needs {need} in the tree's flashsac config (unilab 0006)")
     configs = available_configs(args.configs, root)
     needs_baseline = any(bench_configs.CONFIGS[c].source == "baseline" for c in configs)
     baseline = bench_driver.prepare_baseline(args.baseline_uni_rl, args.baseline_wheel) if needs_baseline else None

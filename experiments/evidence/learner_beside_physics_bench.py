@@ -9,11 +9,12 @@ suspect is the learner's matrix products: cuBLAS's kernels on Hopper may be pers
 taking several tiles), so while one runs no SM is free for the physics' small kernels, whatever the streams'
 priorities. torch can ask cuBLASLt to leave SMs free (``torch._C._set_sm_carveout_experimental``: the products'
 kernels are chosen for that many fewer SMs); the choice is made when a product is called, so for a CUDA graph when
-it is captured. The learner's ``sm_carveout`` switch (uni_rl 0021) sets it around its captures.
+it is captured: this bench sets it around each learner's warm-up (``products_leaving``). The series has no such
+switch: on a lent H100 no carveout shortened training at UniLab's defaults (results/2026-12-06-h100-learner-beside-physics).
 
 This bench builds, at ``--setting`` (the report's at its 2/1/1 schedule), the learner as training does
 (``learner_kernel_profile``'s builder: the tree's config, G1 Walk Flat's dimensions, the whole-iteration graph
-captured at its warm-up), once per ``--carveouts`` value as its ``sm_carveout`` (0: none, torch's default), and the
+captured at its warm-up), once per ``--carveouts`` value (0: none, torch's default), and the
 device env of the tree's ``g1_walk_flat/mjwarp`` config at the setting's env count in the product's form, whose
 MuJoCo Warp substeps it captures as one graph. Then for ``--rounds`` rounds, blocks of ``--steps`` iterations
 alternate between: the physics alone (one replay per iteration, on the env's stream), and per carveout the learner
@@ -32,12 +33,13 @@ minutes are not lost to a broken script). Writes one JSON with the machine and v
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -51,18 +53,34 @@ from learner_kernel_profile import compose, g1_dims, random_batches  # noqa: E40
 from learner_study import runner_schedule, update_iteration, warm_up  # noqa: E402
 
 
+@contextlib.contextmanager
+def products_leaving(sms: int) -> Iterator[None]:
+    """cuBLAS products called inside leave ``sms`` SMs free (0: torch's choice, nothing set); the carveout set
+    before is set again on the way out, also when the body raises."""
+    if not sms:
+        yield
+        return
+    before = torch._C._get_sm_carveout_experimental()  # noqa: SLF001 - torch's only handle on cuBLASLt's SM count
+    torch._C._set_sm_carveout_experimental(sms)  # noqa: SLF001
+    try:
+        yield
+    finally:
+        torch._C._set_sm_carveout_experimental(before)  # noqa: SLF001
+
+
 def build_learner(cfg: Any, dims: dict[str, int], device: torch.device, carveout: int) -> Callable[[], None]:
-    """The learner of ``cfg`` with its ``sm_carveout`` switch at ``carveout`` (0: torch's default), warmed up (its
-    graph captured), and one iteration of it on random batches already on the device."""
+    """The learner of ``cfg`` warmed up (its graph captured) with its products leaving ``carveout`` SMs free (0:
+    torch's default), and one iteration of it on random batches already on the device."""
     from uni_rl.algos.flash_sac.double_buffer import flashsac_learner_kwargs
     from uni_rl.algos.flash_sac.learner import FlashSACLearner
 
     torch.manual_seed(int(cfg.algo.seed))
-    learner = FlashSACLearner(device=str(device), **{**flashsac_learner_kwargs(cfg, **dims), "sm_carveout": carveout})
+    learner = FlashSACLearner(device=str(device), **flashsac_learner_kwargs(cfg, **dims))
     updates, frequency = int(cfg.algo.updates_per_step), int(cfg.algo.policy_frequency)
     batches = random_batches(dims, int(cfg.algo.batch_size), updates, device)
     schedule = runner_schedule(updates, frequency)
-    warm_up(learner, {k: torch.zeros_like(v) for k, v in batches[0].items()}, updates, frequency)
+    with products_leaving(carveout):
+        warm_up(learner, {k: torch.zeros_like(v) for k, v in batches[0].items()}, updates, frequency)
     return lambda: update_iteration(learner, batches, schedule)
 
 

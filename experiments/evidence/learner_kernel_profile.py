@@ -47,9 +47,6 @@ SWITCH_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--no-combo-kernels": ("combo_kernels", False,
                            "without Inductor's combo kernels (the tree's default, uni_rl 0019): "
                            "the learner as it compiled before"),
-    "--coordinate-descent-tuning": ("coordinate_descent_tuning", True,
-                                    "with Inductor's coordinate-descent tuning of the Triton kernels (uni_rl 0020, "
-                                    "off in the tree until measured)"),
 }
 #: Kernel kinds by name, first match wins: what each kind is made of, and so what would shorten it.
 KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
