@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import make_overlay, patchset
+from conftest import make_overlay, patchset, patchset_env
 from faultcheck import differences, json_problems, output_problems, snapshot
 from patchset.fsops import TMP_PREFIX
 from patchset.overlay import MANIFEST
@@ -281,3 +283,59 @@ def test_checks_catch_litter_modes_and_bytes(tmp_path: Path, reference: Referenc
         (point.checkout / ".flashsac-overlay" / "state.json").read_text().replace('"applied"', '"applying"'))
     point.expect("applied", "state damage")
     assert len(point.problems) == 1 and "phase applying" in point.problems[0]
+
+
+#: `python -m patchset` with SIGTERM sent to itself once apply has committed (as it writes its result's notes).
+SIGTERM_AFTER_COMMIT = (
+    "import os, signal, sys\n"
+    "from patchset import applier, cli\n"
+    "notes = applier._flag_lines\n"
+    "def signal_then_notes(state):\n"
+    "    os.kill(os.getpid(), signal.SIGTERM)\n"
+    "    return notes(state)\n"
+    "applier._flag_lines = signal_then_notes\n"
+    "sys.exit(cli.main(sys.argv[1:]))\n"
+)
+
+
+def test_sigterm_once_apply_committed_reports_it_applied(tmp_path: Path, reference: Reference) -> None:
+    """SIGTERM after the commit can stop nothing: apply reports the truth, applied (exit 0, a note on stdout), and
+    the trees are exactly applied."""
+    point = Point(tmp_path / "point", reference)
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_AFTER_COMMIT, "apply", "--unilab", str(point.checkout),
+                           "--overlay", str(point.overlay)], env=patchset_env(), capture_output=True, text=True,
+                          timeout=300, check=False)
+    point.problems += output_problems(proc, {0})
+    assert "NOTE: SIGTERM arrived once the apply had committed; it stays applied" in proc.stdout, proc.stdout
+    point.expect("applied", "SIGTERM once committed")
+    assert not point.problems, "\n".join(point.problems)
+
+
+def _interrupt_at(command: list[str], delay: float) -> subprocess.CompletedProcess:
+    """Run command, send it SIGINT delay seconds after its start, and return how it ended."""
+    child = subprocess.Popen(command, env=patchset_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, child.returncode, out, err)
+
+
+def test_ctrl_c_while_the_applier_starts_is_one_line(tmp_path: Path, reference: Reference) -> None:
+    """Ctrl-C at any moment of a command's first tenths of a second, its imports included: at most one line and
+    exit 130 (or no output at all, killed before Python's own handler is in place), never a traceback of ours.
+    Python's own start before it runs any of the applier (the site module) is not the applier's to handle."""
+    point = Point(tmp_path / "point", reference)
+    command = [sys.executable, "-m", "patchset", "status", "--unilab", str(point.checkout), "--overlay",
+               str(point.overlay)]
+    delays = [0.01 + 0.025 * k for k in range(16)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda delay: _interrupt_at(command, delay), delays))
+    problems, stopped = [], 0
+    for delay, proc in zip(delays, results):
+        if "Traceback" in proc.stderr and "patchset/__main__.py" not in proc.stderr:
+            continue  # SIGINT during Python's own start or runpy, before the applier's first line ran
+        stopped += proc.returncode == 130
+        problems += [f"SIGINT at {delay:.3f} s: {p}" for p in output_problems(proc, {0, 130, -signal.SIGINT},
+                                                                              "interrupted by SIGINT")]
+    assert not problems, "\n".join(problems)
+    assert stopped, [(p.returncode, p.stderr[-200:]) for p in results]  # the signal did land while it ran

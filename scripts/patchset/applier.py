@@ -323,6 +323,7 @@ def apply(opts: Options) -> Outcome:
         prep = _prepare(opts, pins, series, manifest, checkout, overlay)
         try:
             _commit(checkout, overlay, prep, locks)
+            late = signals.hold()  # committed: a signal before this line rolls back, one after it stops nothing
         except BaseException as exc:
             raise _roll_back_now(checkout, exc, recovery.sweep_dirs(checkout, prep.state, None, overlays)) from exc
     out.lines += [
@@ -330,6 +331,8 @@ def apply(opts: Options) -> Outcome:
         f"overlay: {overlay} (put it first on PYTHONPATH)",
         *_flag_lines(prep.state),
     ]
+    if late:
+        out.lines.append(f"NOTE: {signals.name(late[0])} arrived once the apply had committed; it stays applied")
     out.data = {"result": "applied", "checkout": str(checkout), "series_sha256": series.sha256,
                 "flags": prep.state["flags"]}
     return out
@@ -459,19 +462,19 @@ def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[st
     _refuse_unforced(opts, edited)
     notes = _flag_lines(state)  # before anything changes: once the revert is done, nothing may fail
     saved, started = None, False
-    with signals.deferred() as late:
-        try:
-            if edited:
-                saved = _save_edits(checkout, overlay, state, edited)
-            state["phase"] = "reverting"
-            save_state(checkout, state)
-            started = True
-            restored, removed = recovery.finish_revert(checkout, state)
-        except (OSError, PatchsetError) as exc:
-            if started:
-                raise with_note(exc, "the revert stopped part way; run 'revert' again to finish it") from exc
-            fsops.remove_temporaries(recovery.sweep_dirs(checkout, state, None, {overlay}))
-            raise with_note(exc, "nothing was reverted") from exc
+    late = signals.hold()  # a revert, once begun, completes; what it reports then must not be cut short either
+    try:
+        if edited:
+            saved = _save_edits(checkout, overlay, state, edited)
+        state["phase"] = "reverting"
+        save_state(checkout, state)
+        started = True
+        restored, removed = recovery.finish_revert(checkout, state)
+    except (OSError, PatchsetError) as exc:
+        if started:
+            raise with_note(exc, "the revert stopped part way; run 'revert' again to finish it") from exc
+        fsops.remove_temporaries(recovery.sweep_dirs(checkout, state, None, {overlay}))
+        raise with_note(exc, "nothing was reverted") from exc
     done = f"reverted {checkout}: restored {len(restored)} file(s)" + (
         "; overlay removed" if removed else "; overlay kept for its other checkouts")
     if late:
@@ -495,11 +498,11 @@ def _finish_interrupted_revert(opts: Options, checkout: Path, overlay: Path, sta
     edited = recovery.overlay_edits(state)
     _refuse_unforced(opts, edited)
     saved = None
-    with signals.deferred() as late:
-        if edited:
-            saved = _save_edits(checkout, overlay, state, edited)
-            save_state(checkout, state)
-        line = recovery.finish_interrupted(checkout, state)
+    late = signals.hold()  # as in a revert of an applied checkout
+    if edited:
+        saved = _save_edits(checkout, overlay, state, edited)
+        save_state(checkout, state)
+    line = recovery.finish_interrupted(checkout, state)
     if late:
         raise Interrupted(late[0], f"interrupted by {signals.name(late[0])}; before stopping it {line}")
     return Outcome([line, *([f"your edits were saved to {saved}"] if saved else [])],

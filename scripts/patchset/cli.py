@@ -94,17 +94,24 @@ def main(argv: list[str] | None = None) -> int:
                    "port-report": lambda o: applier.Outcome(*port_report.run(args.target, args.output, o.patches_dir)),
                    "edit": lambda o: _edit(o, args.dir), "refresh": lambda o: _refresh(o, args.dir),
                    }[args.command](opts)
+        signals.hold()  # the run is over: a signal now must not turn its report into a failure or a traceback
         text = json.dumps(outcome.data, indent=2, sort_keys=True, default=str) if args.json else "\n".join(outcome.lines)
         print(text, flush=True)
-    except PatchsetError as exc:
-        return _fail(args.command, str(exc), exc.exit_code)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
-        return _fail(args.command, "the output pipe was closed before all output was written", 141)
-    except OSError as exc:
-        return _fail(args.command, os_error_message(exc), 1)
-    except Exception as exc:  # noqa: BLE001 - the last resort of the one-line promise
-        if _env_flag("PATCHSET_DEBUG"):
-            raise
-        return _fail(args.command, f"internal error ({type(exc).__name__}: {exc}); PATCHSET_DEBUG=1 shows where", 70)
+    except BaseException as exc:
+        signals.hold()  # likewise while the one line is printed
+        return _failure(args.command, exc)
     return 0
+
+
+def _failure(command: str, exc: BaseException) -> int:
+    """Print a failed run's one line; returns its exit status."""
+    if isinstance(exc, PatchsetError):
+        return _fail(command, str(exc), exc.exit_code)
+    if isinstance(exc, BrokenPipeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        return _fail(command, "the output pipe was closed before all output was written", 141)
+    if isinstance(exc, OSError):
+        return _fail(command, os_error_message(exc), 1)
+    if not isinstance(exc, Exception) or _env_flag("PATCHSET_DEBUG"):  # SystemExit and the like; or a debug run
+        raise exc
+    return _fail(command, f"internal error ({type(exc).__name__}: {exc}); PATCHSET_DEBUG=1 shows where", 70)

@@ -26,6 +26,17 @@ def install() -> None:
         signal.signal(signum, _raise)
 
 
+def hold() -> list[int]:
+    """Record SIGINT/SIGTERM instead of acting on them, for the rest of the process: once a run has committed its
+    result (or has only its report left to print), stopping it can change nothing, and an exception would only
+    turn a true report into a false failure or a traceback. Returns the list the signals arriving are appended to.
+    """
+    received: list[int] = []
+    for signum in SIGNALS:
+        signal.signal(signum, lambda s, _f: received.append(s))
+    return received
+
+
 @contextmanager
 def deferred() -> Iterator[list[int]]:
     """Record SIGINT/SIGTERM instead of acting on them (a rollback or revert must not stop half way).
