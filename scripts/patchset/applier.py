@@ -492,7 +492,7 @@ def _post_image(checkout: Path, target: str, path: str) -> bytes | None:
     return image.read_bytes() if image.exists() else None
 
 
-def _finish_interrupted_revert(opts: Options, checkout: Path, overlay: Path, state: dict[str, Any]) -> Outcome:
+def _recover_interrupted(opts: Options, checkout: Path, overlay: Path, state: dict[str, Any]) -> Outcome:
     """Recover a run that was killed (roll an apply back, complete a revert), over edits to its overlay only when
     forced, saving them first as a revert of an applied checkout does."""
     edited = recovery.overlay_edits(state)
@@ -525,7 +525,7 @@ def revert(opts: Options) -> Outcome:
                                 "nothing else to revert"], {"result": "cleaned", "checkout": str(checkout)})
             raise PatchsetError(f"nothing to revert: {checkout} carries no patchset state")
         if state["phase"] != "applied":
-            return _finish_interrupted_revert(opts, checkout, overlay, state)
+            return _recover_interrupted(opts, checkout, overlay, state)
         return _revert_applied(opts, checkout, overlay, state)
 
 
