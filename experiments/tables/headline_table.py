@@ -10,13 +10,16 @@ packages follow the table, all read from the runs. Only the three builds a user 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import bench_configs
 import bench_report
 import mjwarp_report
 
+PROJECT = Path(__file__).resolve().parents[2]
 #: The builds a user chooses between, in table order.
 HEADLINE_CONFIGS = ("baseline-1.3.2", "upstream-1.4.0", "patched-default")
 #: Physics in table order: the task's own owner first.
@@ -65,7 +68,7 @@ def _packages(runs: Sequence[dict[str, Any]]) -> str:
     by_series: dict[str, set[str]] = {}
     for run in runs:
         versions = (run.get("device") or {}).get("package_versions") or {}
-        text = ", ".join(f"{name} {versions[name]}" for name in PACKAGES if name in versions)
+        text = ", ".join(f"{name} {versions[name]}" for name in PACKAGES if versions.get(name))
         by_series.setdefault(str(run.get("series_sha256") or "?")[:12], set()).add(text)
     return "; ".join(f"series `{series}`: {' / '.join(sorted(texts))}" for series, texts in sorted(by_series.items()))
 
@@ -160,5 +163,20 @@ def front_tables(runs: Sequence[dict[str, Any]]) -> str:
         blocks.append("\n".join(lines))
     kept = [run for group in groups.values() for run in group]
     machines = sorted({_machine([run]) for run in kept})
-    return ("\n\n".join(blocks) + f"\n\nMeasured on {'; '.join(machines)}. Packages, as the runs record them: "
-            f"{_packages(kept)}.")
+    whole = [_whole_run(folder) for folder in sorted({str(run.get("_folder")) for run in kept})]
+    return ("\n\n".join(blocks) + "".join(f"\n\n{line}" for line in whole if line)
+            + f"\n\nMeasured on {'; '.join(machines)}. Packages, as the runs record them: {_packages(kept)}.")
+
+
+def _whole_run(folder: str) -> str | None:
+    """One line on the whole UniLab run a folder recorded beside its bench runs (``whole-run/whole-run.json``: a
+    trainer launched as a user launches it, timed from outside), or None where it has none."""
+    path = PROJECT / folder / "whole-run" / "whole-run.json"
+    if not path.is_file():
+        return None
+    run = json.loads(path.read_text())
+    task = next((arg for arg in run["command"] if arg.startswith("task=")), "the task's default")
+    return (f"UniLab's whole default run, `{task}` with no other overrides ({run['iterations_logged']} iterations, "
+            f"exit {run['exit_code']}): first iteration {run['launch_to_first_iteration_s']:.1f} s after launch, "
+            f"ended {run['launch_to_end_s']:.1f} s after launch, mean reward at the end "
+            f"{run['reward_mean_last']:.1f}.")
