@@ -6,7 +6,8 @@ device, the host path's real collector process); each check has a negative contr
 - UniLab's training command line (device collector) stopped by SIGTERM exits 143 with one line naming the
   iteration and the checkpoint, within seconds; the checkpoint loads with `weights_only=True` (UniLab's play
   loader) and `algo.resume=true` continues it to the end (control: resuming a checkpoint without its
-  training state is refused);
+  training state is refused); a resume already at or past `algo.max_iterations` says so in one line and writes
+  nothing;
 - with `save_replay` the resumed device-collector run is bitwise the uninterrupted one: learner, optimizers,
   schedules, normalizers, replay ring, env state, RNG (control: the env's random generator left out of the
   checkpoint makes them differ);
@@ -125,6 +126,21 @@ def test_sigterm_checkpoints_exits_143_and_algo_resume_continues(tree: tuple[Pat
     final = torch.load(logs / f"model_{end}.pt", map_location="cpu", weights_only=True)
     assert final["update_count"] == end
     assert refused.returncode != 0 and "has no training state" in refused.stderr, refused.stderr[-2000:]
+
+    # A resume whose checkpoint already ends at, or is past, algo.max_iterations: one line, nothing written
+    # (control, the series before this check: past the end it ran nothing and saved the later iteration's state
+    # under the earlier total's name).
+    def files(folder: Path) -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+    before = files(logs)
+    at_end, past_end = side_by_side(lambda: resume(logs, end), lambda: resume(logs, end - 2))
+    for proc, code, words in ((at_end, 0, f"already ends at algo.max_iterations={end}"),
+                              (past_end, 1, f"is iteration {end}, past algo.max_iterations={end - 2}")):
+        assert proc.returncode == code, (proc.stdout + proc.stderr)[-3000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith(f"algo.resume=true: {logs / f'model_{end}.pt'}")
+        assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert files(logs) == before
 
 
 def test_resumed_run_with_the_replay_is_bitwise_the_uninterrupted_one(tree: tuple[Path, Path], tmp_path: Path) -> None:
