@@ -59,6 +59,10 @@ $(SETUP_STAMP): requirements.txt
 apply: setup
 	@$(STEP) "apply the series" -- \
 	  $(PATCHSET) apply $(TARGET_ARGS)
+ifdef OFFLINE
+	@$(STEP) "seed the wheelhouse's G1 assets into the tree" -- \
+	  $(OFFLINE_TOOL) seed-assets "$(OFFLINE)" $(if $(UNILAB),--tree "$(UNILAB)")
+endif
 	@python3 scripts/make_steps.py summary --log $(STEPS_LOG) "make apply"
 
 status: setup

@@ -192,6 +192,36 @@ def test_wheelhouse_assets_complete_the_g1_scene(built: Path, tmp_path: Path, pr
     assert bench_env.missing_assets(tree) == []
 
 
+def seed_assets(wheelhouse: Path, tree: Path) -> subprocess.CompletedProcess:
+    return offline("seed-assets", str(wheelhouse), "--tree", str(tree))
+
+
+def test_seed_assets_fills_the_tree_once_and_never_overwrites(wheelhouse: Path, tmp_path: Path,
+                                                             pristine_template: Path) -> None:
+    """`make apply OFFLINE=`'s last step: every asset archive of the wheelhouse, sha256-checked, into the tree."""
+    tree = Path(shutil.copytree(pristine_template, tmp_path / "unilab", symlinks=True))
+    assert bench_env.missing_assets(tree)  # control: without the seeding the meshes are absent
+    proc = seed_assets(wheelhouse, tree)
+    assert proc.returncode == 0 and proc.stdout.count("\n") == 1, proc.stderr
+    assert "36 files put into" in proc.stdout and "0 already there" in proc.stdout
+    assert bench_env.missing_assets(tree) == []
+    again = seed_assets(wheelhouse, tree)  # idempotent
+    assert again.returncode == 0 and "0 files put into" in again.stdout and "36 already there" in again.stdout
+    # a file of the user's with other bytes: one line naming it, nothing written (a removed mesh stays removed)
+    mesh = tree / "src" / "unilab" / "assets" / "robots" / "g1" / "assets" / "head_link.STL"
+    mesh.write_bytes(b"mine")
+    removed = mesh.with_name("pelvis.STL")
+    removed.unlink()
+    one_line_error(seed_assets(wheelhouse, tree), f"{mesh} differs from unilab-1.3.2-g1-assets.tar.xz's copy")
+    assert mesh.read_bytes() == b"mine" and not removed.exists()
+    mesh.unlink()
+    # an archive whose bytes are not the recorded ones is refused before anything is written
+    with (wheelhouse / "assets" / "unilab-1.3.2-g1-assets.tar.xz").open("ab") as handle:
+        handle.write(b"\0")
+    one_line_error(seed_assets(wheelhouse, tree), "unilab-1.3.2-g1-assets.tar.xz has sha256")
+    assert not mesh.exists() and not removed.exists()
+
+
 def test_build_refuses_bad_assets_and_a_foreign_destination(tmp_path: Path, tiny_list: Path) -> None:
     dest = tmp_path / "wheelhouse"
     args = ("--python-version", HERE_PYTHON, "--wheel-list", str(tiny_list))
@@ -266,6 +296,10 @@ def test_offline_host_applies_in_a_copied_project(built: Path, tiny_list: Path, 
     assert applied.returncode == 0, applied.stdout[-2000:] + applied.stderr
     assert (host / "overlay" / "uni_rl" / "__init__.py").is_file()
     assert (host / "overlay" / "unisim" / "__init__.py").is_file()
+    # the host trains as it benchmarks: the wheelhouse's G1 meshes are in the applied tree, and apply says so
+    assert bench_env.missing_assets(host / "work" / "unilab-1.3.2") == []
+    seeded = [line for line in applied.stdout.splitlines() if line.startswith("G1 assets: ")]
+    assert len(seeded) == 1 and "36 files put into" in seeded[0] and "sha256 verified" in seeded[0], applied.stdout
     status = make("status", *flags, cwd=host, **offline_host)
     assert status.returncode == 0 and "work/unilab-1.3.2: applied" in status.stdout, status.stderr
     assert not (tmp_path / "no-cache").exists()

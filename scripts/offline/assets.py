@@ -3,18 +3,20 @@
 UniLab 1.3.2 keeps them on Hugging Face (`unilab.assets.hub`) and downloads them on first use, which an offline
 host cannot do. Here they come either from UniLab's own download (its `ROBOT_ASSET_SPECS["g1"]` directories,
 through its `resolve_robot_asset_dir`, so the repository and mirror fallback are UniLab's) or from an archive or
-folder the user gives (ASSETS=...). Stored compressed (19 MB of meshes are 6 MB as .tar.xz); the bench seeds a
-tree from the archive (`bench_env.seed_assets`).
+folder the user gives (ASSETS=...). Stored compressed (19 MB of meshes are 6 MB as .tar.xz). `make apply OFFLINE=`
+seeds the applied tree from every archive the wheelhouse carries (``seed``: sha256-checked, never overwriting a file
+that differs); the bench seeds the trees it runs from the same archive (`bench_env.seed_assets`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from . import OfflineError
+from . import OfflineError, manifest
 
 ROBOT = "g1"
 FOLDER = "assets"  # in the wheelhouse; the archive is the only file there
@@ -117,3 +119,84 @@ def collect(archive: Path, source: Path | None) -> tuple[str, int]:
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # names were checked above either way
         given.extractall(tmp, members=[m for m in given.getmembers() if m.isfile()], **safe)
         return str(source), pack(Path(tmp), archive)
+
+
+#: Where a UniLab tree keeps its assets (UniLab's ``ASSETS_ROOT_PATH``), relative to the tree's root.
+TREE_ASSETS = PurePosixPath("src/unilab/assets")
+
+
+def _wheelhouse_archives(wheelhouse: Path) -> list[tuple[Path, str]]:
+    """Each assets/*.tar.xz the wheelhouse records, with its recorded sha256; every one is checked here."""
+    record = manifest.load(wheelhouse)
+    archives = []
+    for name, want in sorted(record["files"].items()):
+        rel = PurePosixPath(name)
+        if rel.parent.as_posix() != FOLDER or not rel.name.endswith(".tar.xz"):
+            continue
+        path = wheelhouse / name
+        if not path.is_file():
+            raise OfflineError(f"wheelhouse file {path} is missing (listed in {manifest.MANIFEST})")
+        got = manifest.file_sha256(path)
+        if got != want:
+            raise OfflineError(f"wheelhouse file {path} has sha256 {got}, {manifest.MANIFEST} records {want}")
+        archives.append((path, want))
+    return archives
+
+
+def seed(wheelhouse: Path, tree: Path) -> str:
+    """Unpack every asset archive of the wheelhouse into ``tree``'s src/unilab/assets; returns the line to print.
+
+    Each archive is checked against the sha256 the wheelhouse records, and every member is compared with the file
+    already at its place before anything is written: a file that is there with the same bytes is left alone (a
+    second call writes nothing), one with other bytes (or something that is not a file) stops the seeding with
+    one line naming it, and nothing is written. New files are written beside their place and renamed into it.
+    """
+    if not (tree / TREE_ASSETS).is_dir():
+        raise OfflineError(f"{tree / TREE_ASSETS} is not a folder: {tree} is not a UniLab tree")
+    archives = _wheelhouse_archives(wheelhouse)
+    if not archives:
+        return f"G1 assets: the wheelhouse {wheelhouse} carries none ({FOLDER}/*.tar.xz)"
+    dest = tree / TREE_ASSETS
+    pending: dict[str, bytes] = {}
+    present = 0
+    for archive, _sha in archives:
+        _members(archive)  # refuses members that would land outside the assets folder
+        with tarfile.open(archive) as opened:
+            for member in opened.getmembers():
+                rel = PurePosixPath(member.name).as_posix()
+                if not member.isfile() or rel in pending:
+                    continue
+                handle = opened.extractfile(member)
+                assert handle is not None
+                data = handle.read()
+                target = dest / rel
+                if target.is_symlink() or (target.exists() and not target.is_file()):
+                    raise OfflineError(f"{target} is there and is not a plain file: not seeding the G1 assets "
+                                       f"from {archive.name} (move it away and run again)")
+                if target.is_file():
+                    if target.read_bytes() != data:
+                        raise OfflineError(f"{target} differs from {archive.name}'s copy: not seeding the G1 "
+                                           f"assets, nothing written (move it away to take the wheelhouse's)")
+                    present += 1
+                    continue
+                for parent in PurePosixPath(rel).parents:
+                    where = dest / parent
+                    if where.is_symlink() or (where.exists() and not where.is_dir()):
+                        raise OfflineError(f"{where} is there and is not a folder: not seeding the G1 assets "
+                                           f"from {archive.name}")
+                pending[rel] = data
+    for rel, data in sorted(pending.items()):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.seeding-{os.getpid()}")
+        try:
+            partial.write_bytes(data)
+            os.chmod(partial, 0o644)
+            os.replace(partial, target)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            raise OfflineError(f"cannot write {target} ({exc.strerror or exc}): the G1 assets are seeded only in "
+                               f"part; free the space or fix the folder and run again") from exc
+    sources = ", ".join(a.name for a, _ in archives)
+    return (f"G1 assets: {len(pending)} files put into {dest} from {sources} (sha256 verified), "
+            f"{present} already there")

@@ -1,5 +1,5 @@
-"""`python -m offline build|verify|install|bytecode`: thin command line over build.py, host.py and bytecode.py,
-one-line errors."""
+"""`python -m offline build|verify|install|bytecode|seed-assets`: thin command line over build.py, host.py,
+bytecode.py and assets.py, one-line errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import OfflineError, build, bytecode, host, manifest
+from . import OfflineError, assets, build, bytecode, host, manifest
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--wheel-list", type=Path, help="the list the wheelhouse was built from, if not the project's")
     c = sub.add_parser("bytecode", help="compile the Python bytecode of the host's packages (install does it too)")
     c.add_argument("--site", type=Path, help="a private site folder to compile as well (e.g. OFFLINE_SITE)")
+    a = sub.add_parser("seed-assets", help="on the GPU host: the wheelhouse's G1 assets into an applied tree "
+                                           "(`make apply OFFLINE=` runs it)")
+    a.add_argument("wheelhouse", type=Path)
+    a.add_argument("--tree", type=Path, help="the UniLab tree (default: the applier's embedded tree)")
     return parser
 
 
@@ -46,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "verify":
             record = manifest.verify(args.wheelhouse)
             lines = [f"wheelhouse {args.wheelhouse}: {len(record['files'])} files verified"]
+        elif args.command == "seed-assets":
+            from patchset.api import embedded_tree
+
+            lines = [assets.seed(args.wheelhouse.resolve(), (args.tree or embedded_tree()).expanduser().resolve())]
         elif args.command == "bytecode":
             lines = [bytecode.compile_roots(bytecode.host_roots(args.site)).line()]
         else:
