@@ -426,3 +426,30 @@ def test_an_overlay_among_the_projects_sources_or_in_the_journal_is_refused(chec
         one_line(proc, f"the overlay {place} {where}, {why}; choose another OVERLAY=")
         assert tree_hashes(checkout) == before and tree_hashes(project) == project_before, place
         assert not (project / "docs").exists() and not (checkout / ".flashsac-overlay").exists()
+
+
+def test_a_hard_linked_patched_file_is_linked_again_after_revert(checkout: Path, run_patchset: Runner,
+                                                                 tmp_path: Path) -> None:
+    """A patched file with another name (a hard link, here outside the checkout): apply never writes through it,
+    and revert puts the very same file back, linked as before; where its bytes were changed through the other
+    name meanwhile, revert restores the pristine bytes as a file of its own and says so in one line."""
+    config = checkout / CONFIG
+    pristine = config.read_bytes()
+    before = tree_hashes(checkout)
+    other = tmp_path / "my-config-link.yaml"
+    os.link(config, other)
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    assert config.read_bytes() != pristine and other.read_bytes() == pristine  # apply wrote no other name
+    reverted = run_patchset("revert", "--unilab", str(checkout))
+    assert reverted.returncode == 0 and "NOTE" not in reverted.stdout, reverted.stdout + reverted.stderr
+    assert os.path.samefile(config, other) and config.stat().st_nlink == 2
+    assert tree_hashes(checkout) == before
+    # the other name edited while applied: the checkout still gets its pristine bytes, the other name keeps its own
+    assert run_patchset("apply", "--unilab", str(checkout)).returncode == 0
+    other.write_bytes(b"mine\n")
+    reverted = run_patchset("revert", "--unilab", str(checkout))
+    assert reverted.returncode == 0, reverted.stderr
+    notes = [line for line in reverted.stdout.splitlines() if line.startswith("NOTE")]
+    assert len(notes) == 1 and CONFIG in notes[0] and "hard link" in notes[0], reverted.stdout
+    assert config.read_bytes() == pristine and other.read_bytes() == b"mine\n"
+    assert not os.path.samefile(config, other)

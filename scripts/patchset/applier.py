@@ -245,10 +245,21 @@ def _create_overlay_dir(overlay: Path, created: list[str], locks: DirLocks) -> N
         locks.take(overlay, "the overlay")
 
 
+def _hard_linked(checkout: Path, plan: dict[str, FileChange]) -> dict[str, Path]:
+    """The journal's link/ entries: each touched file that has other hard links, so that the revert can put that
+    very file back (apply replaces the path with a new file and never writes through the other names)."""
+    links = {}
+    for path, change in plan.items():
+        live = checkout / path
+        if change.pre is not None and not live.is_symlink() and live.is_file() and live.stat().st_nlink > 1:
+            links[f"link/{TARGET_CHECKOUT}/{path}"] = live
+    return links
+
+
 def _commit(checkout: Path, overlay: Path, prep: Prepared, locks: DirLocks) -> None:
     """Journal first (atomically, with backups), then checkout files, then the overlay, then phase 'applied'."""
     state = prep.state
-    create_state(checkout, state, prep.images)
+    create_state(checkout, state, prep.images, _hard_linked(checkout, prep.checkout_plan))
     for rel in state["created_dirs"]:
         fsops.mkdir(checkout / rel)
     for path, change in prep.checkout_plan.items():
@@ -313,7 +324,7 @@ def apply(opts: Options) -> Outcome:
             out.lines.append(f"removed {removed} temporary file(s) left by an interrupted run")
         if state and state["phase"] != "applied":
             with signals.deferred() as late:
-                out.lines.append(recovery.finish_interrupted(checkout, state))
+                out.lines.append(recovery.finish_interrupted(checkout, state, out.lines))
             if late:
                 raise Interrupted(late[0], f"interrupted by {signals.name(late[0])}; before stopping it "
                                            f"{out.lines[-1]}")
@@ -469,7 +480,7 @@ def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[st
         state["phase"] = "reverting"
         save_state(checkout, state)
         started = True
-        restored, removed = recovery.finish_revert(checkout, state)
+        restored, removed = recovery.finish_revert(checkout, state, notes)
     except (OSError, PatchsetError) as exc:
         if started:
             raise with_note(exc, "the revert stopped part way; run 'revert' again to finish it") from exc
@@ -502,10 +513,11 @@ def _recover_interrupted(opts: Options, checkout: Path, overlay: Path, state: di
     if edited:
         saved = _save_edits(checkout, overlay, state, edited)
         save_state(checkout, state)
-    line = recovery.finish_interrupted(checkout, state)
+    notes: list[str] = []
+    line = recovery.finish_interrupted(checkout, state, notes)
     if late:
         raise Interrupted(late[0], f"interrupted by {signals.name(late[0])}; before stopping it {line}")
-    return Outcome([line, *([f"your edits were saved to {saved}"] if saved else [])],
+    return Outcome([*notes, line, *([f"your edits were saved to {saved}"] if saved else [])],
                    {"result": "recovered", "checkout": str(checkout), "user_edits": str(saved) if saved else None})
 
 

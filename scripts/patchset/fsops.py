@@ -107,6 +107,18 @@ def rename(src: Path, dst: Path) -> None:
     os.rename(src, dst)
 
 
+def move_file(src: Path, dst: Path) -> None:
+    """Rename a file over dst in one step (the file itself, with its inode and its other hard links, takes dst's
+    place)."""
+    _step("rename", dst)
+    os.replace(src, dst)
+
+
+def chmod(path: Path, mode: int) -> None:
+    _step("chmod", path)
+    os.chmod(path, mode)
+
+
 def unlink(path: Path) -> None:
     _step("unlink", path)
     path.unlink()
@@ -132,9 +144,15 @@ def discard(path: Path) -> None:
     shutil.rmtree(doomed)
 
 
+#: Why a hard link cannot be made (another filesystem, one that has none, the link limit, a file gone): the caller
+#: goes without it. Any other error (a full disk) is an error.
+_NO_HARD_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOENT}
+
+
 def fill_dir(parent: Path, tag: str, files: Mapping[str, tuple[bytes, int]],
-             links: Mapping[str, str] | None = None) -> Path:
-    """A new private temporary directory in parent holding files (relative path -> bytes, mode) and links.
+             links: Mapping[str, str] | None = None, hard_links: Mapping[str, Path] | None = None) -> Path:
+    """A new private temporary directory in parent holding files (relative path -> bytes, mode), symlinks and hard
+    links to existing files (relative path -> the file), each left out where the filesystem cannot make it.
 
     Two counted steps: create the directory, fill it. Nothing inside is visible until the caller renames it.
     """
@@ -150,6 +168,13 @@ def fill_dir(parent: Path, tag: str, files: Mapping[str, tuple[bytes, int]],
         for rel, link_target in (links or {}).items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             os.symlink(link_target, tmp / rel)
+        for rel, existing in (hard_links or {}).items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(existing, tmp / rel, follow_symlinks=False)
+            except OSError as exc:
+                if exc.errno not in _NO_HARD_LINK:
+                    raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -72,8 +72,29 @@ def _check_files(checkout: Path, state: dict[str, Any]) -> None:
                                 f"{state_dir(checkout)}")
 
 
-def _restore_checkout(checkout: Path, state: dict[str, Any]) -> list[str]:
-    """Put back every pre-image whose file is not already pristine; a mode the user set on the file is kept."""
+def _relink(checkout: Path, path: str, rec: dict[str, Any], notes: list[str]) -> bool:
+    """Put back the very file a hard-linked touched file was (the journal's link to it), while it still holds the
+    pre-image; a mode the user set on the path since is kept. False where there is none to put back (a note says
+    why when its bytes were changed through another of its names)."""
+    link = image_path(checkout, "link", TARGET_CHECKOUT, path)
+    if link.is_symlink() or not link.is_file():
+        return False
+    if sha256(link.read_bytes()) != rec["pre"]:
+        notes.append(f"NOTE: {path} had other hard links, and its bytes were changed through them since apply: "
+                     "restored as a file of its own (its other names keep theirs)")
+        return False
+    live = checkout / path
+    if live.is_file() and not live.is_symlink():
+        mode = live.stat().st_mode & 0o7777
+        if link.stat().st_mode & 0o7777 != mode:
+            fsops.chmod(link, mode)
+    fsops.move_file(link, live)
+    return True
+
+
+def _restore_checkout(checkout: Path, state: dict[str, Any], notes: list[str]) -> list[str]:
+    """Put back every pre-image whose file is not already pristine; a mode the user set on the file is kept. A
+    file that had other hard links gets the very file back (linked again), else a file with its bytes."""
     restored = []
     for path, rec in state["files"][TARGET_CHECKOUT].items():
         live = checkout / path
@@ -81,7 +102,7 @@ def _restore_checkout(checkout: Path, state: dict[str, Any]) -> list[str]:
             continue
         if rec["pre"] is None:
             fsops.unlink(live)
-        else:
+        elif not _relink(checkout, path, rec, notes):
             data = image_path(checkout, "backup", TARGET_CHECKOUT, path).read_bytes()
             if sha256(data) != rec["pre"]:
                 raise PatchsetError(f"backup of {path} is corrupt; restore it with git and delete {state_dir(checkout)}")
@@ -102,32 +123,34 @@ def _remove_created_dirs(checkout: Path, state: dict[str, Any], overlay_too: boo
             fsops.rmdir(path)
 
 
-def roll_back_apply(checkout: Path, state: dict[str, Any]) -> list[str]:
-    """Undo an apply that did not finish; returns the restored paths."""
+def roll_back_apply(checkout: Path, state: dict[str, Any], notes: list[str] | None = None) -> list[str]:
+    """Undo an apply that did not finish; returns the restored paths (notes: gets the lines to add, if any)."""
     _check_files(checkout, state)
     _check_overlay(state)
-    restored = _restore_checkout(checkout, state)
+    restored = _restore_checkout(checkout, state, notes if notes is not None else [])
     ovl.restore(Path(state["overlay"]), state["overlay_before"], expected_overlay(state))
     _remove_created_dirs(checkout, state, overlay_too=True)
     fsops.discard(state_dir(checkout))
     return restored
 
 
-def finish_revert(checkout: Path, state: dict[str, Any]) -> tuple[list[str], bool]:
-    """Complete a revert (phase 'reverting'); returns the restored paths and whether the overlay was removed."""
+def finish_revert(checkout: Path, state: dict[str, Any], notes: list[str] | None = None) -> tuple[list[str], bool]:
+    """Complete a revert (phase 'reverting'); returns the restored paths and whether the overlay was removed
+    (notes: gets the lines to add, if any)."""
     _check_files(checkout, state)
     _check_overlay(state)
-    restored = _restore_checkout(checkout, state)
+    restored = _restore_checkout(checkout, state, notes if notes is not None else [])
     removed = ovl.release(Path(state["overlay"]), checkout, expected_overlay(state))
     _remove_created_dirs(checkout, state, overlay_too=removed)
     fsops.discard(state_dir(checkout))
     return restored, removed
 
 
-def finish_interrupted(checkout: Path, state: dict[str, Any]) -> str:
-    """Recover a run that was killed: roll an apply back, complete a revert. Returns the line to print."""
+def finish_interrupted(checkout: Path, state: dict[str, Any], notes: list[str] | None = None) -> str:
+    """Recover a run that was killed: roll an apply back, complete a revert. Returns the line to print (notes: gets
+    the lines to add, if any)."""
     if state["phase"] == "applying":
-        restored = roll_back_apply(checkout, state)
+        restored = roll_back_apply(checkout, state, notes)
         return f"rolled back an interrupted apply in {checkout}: restored {len(restored)} file(s)"
-    restored, _ = finish_revert(checkout, state)
+    restored, _ = finish_revert(checkout, state, notes)
     return f"completed an interrupted revert in {checkout}: restored {len(restored)} file(s)"

@@ -1,7 +1,8 @@
 """The state a checkout carries while patched: a journal that survives kill -9, with pre-/post-image copies.
 
 Layout inside the checkout: .flashsac-overlay/{state.json, backup/<target>/<path>, post/<target>/<path>,
-.gitignore}. The directory appears whole (filled under a temporary name, then renamed), so it exists exactly
+link/<target>/<path>, .gitignore}; link/ holds, for a touched file that had other hard links, one more link to
+that very file (no copy of its bytes), so that the revert can put the file itself back where the apply replaced it. The directory appears whole (filled under a temporary name, then renamed), so it exists exactly
 when state.json does; state.json is then only ever replaced atomically. Its 'phase' says how far a run got:
 'applying' (targets may be half written: roll back), 'applied', 'reverting' (finish the revert).
 """
@@ -140,10 +141,12 @@ def load_state(checkout: Path) -> dict[str, Any] | None:
                         f"{state_dir(checkout)}")
 
 
-def create_state(checkout: Path, state: dict[str, Any], images: dict[str, tuple[bytes, int]]) -> None:
-    """Write the journal with its image copies (relative path -> bytes, mode) as one atomic directory."""
+def create_state(checkout: Path, state: dict[str, Any], images: dict[str, tuple[bytes, int]],
+                 hard_links: dict[str, Path] | None = None) -> None:
+    """Write the journal with its image copies (relative path -> bytes, mode) and its hard links to hard-linked
+    touched files (relative path -> the file) as one atomic directory."""
     files = {".gitignore": (GITIGNORE, 0o644), STATE_FILE: (_encode(state), 0o644), **images}
-    tmp = fsops.fill_dir(checkout, "state", files)
+    tmp = fsops.fill_dir(checkout, "state", files, hard_links=hard_links)
     fsops.rename(tmp, state_dir(checkout))
 
 
@@ -152,5 +155,6 @@ def save_state(checkout: Path, state: dict[str, Any]) -> None:
 
 
 def image_path(checkout: Path, kind: str, target: str, rel: str) -> Path:
-    """Where the journal keeps a pre-image ('backup') or post-image ('post') of one touched file."""
+    """Where the journal keeps a pre-image ('backup'), a post-image ('post') or a hard link to the file itself
+    ('link') of one touched file."""
     return state_dir(checkout) / kind / target / rel
