@@ -339,3 +339,36 @@ def test_ctrl_c_while_the_applier_starts_is_one_line(tmp_path: Path, reference: 
                                                                               "interrupted by SIGINT")]
     assert not problems, "\n".join(problems)
     assert stopped, [(p.returncode, p.stderr[-200:]) for p in results]  # the signal did land while it ran
+
+
+def test_a_forced_revert_stopped_by_sigterm_still_names_the_saved_edits(tmp_path: Path, reference: Reference) -> None:
+    """SIGTERM during `revert --force` lets it complete and ends it with one line (exit 143): that line still says
+    where the edits were saved, for a revert of an applied checkout and for the completion of an interrupted one."""
+    point = Point(tmp_path / "point", reference)
+    config = point.checkout / "src/unilab/conf/flashsac/config.yaml"
+
+    def forced_revert_stopped() -> Path:
+        proc = patchset(point.overlay, "revert", "--unilab", str(point.checkout), "--force",
+                        env={"PATCHSET_FAULT_AT": "1:term"})
+        assert output_problems(proc, {143}, "interrupted by SIGTERM") == [], proc.stderr
+        saved = sorted(point.checkout.glob(".flashsac-overlay-user-edits-*"))[-1]
+        assert f"your edits were saved to {saved}" in proc.stderr, proc.stderr
+        return saved
+
+    point.run("apply", {0})
+    config.write_bytes(config.read_bytes() + b"# mine\n")
+    saved = forced_revert_stopped()
+    assert (saved / "files" / "unilab" / "src/unilab/conf/flashsac/config.yaml").read_bytes().endswith(b"# mine\n")
+    shutil.rmtree(saved)
+    point.expect("pristine", "a forced revert stopped by SIGTERM")
+    # a revert killed once its journal says 'reverting', an overlay file edited, then the forced completion
+    point.run("apply", {0})
+    trace = reference.revert_trace
+    after_phase = next(n for n, line in enumerate(trace, 1) if line.split()[1] == "rename"
+                       and line.endswith("/.flashsac-overlay/state.json")) + 1
+    point.run("revert", {-9}, f"{after_phase}:kill")
+    (point.overlay / "uni_rl" / "__init__.py").write_text("# mine\n")
+    saved = forced_revert_stopped()
+    shutil.rmtree(saved)
+    point.expect("pristine", "a forced completion stopped by SIGTERM")
+    assert not point.problems, "\n".join(point.problems)

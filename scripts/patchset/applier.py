@@ -489,7 +489,8 @@ def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[st
     done = f"reverted {checkout}: restored {len(restored)} file(s)" + (
         "; overlay removed" if removed else "; overlay kept for its other checkouts")
     if late:
-        raise Interrupted(late[0], f"interrupted by {signals.name(late[0])} after the revert completed ({done})")
+        raise Interrupted(late[0], f"interrupted by {signals.name(late[0])} after the revert completed ({done})"
+                                   + (f"; your edits were saved to {saved}" if saved else ""))
     out = Outcome(notes + [done])
     if saved:
         out.lines.append(f"your edits were saved to {saved}")
@@ -516,7 +517,8 @@ def _recover_interrupted(opts: Options, checkout: Path, overlay: Path, state: di
     notes: list[str] = []
     line = recovery.finish_interrupted(checkout, state, notes)
     if late:
-        raise Interrupted(late[0], f"interrupted by {signals.name(late[0])}; before stopping it {line}")
+        raise Interrupted(late[0], f"interrupted by {signals.name(late[0])}; before stopping it {line}"
+                                   + (f"; your edits were saved to {saved}" if saved else ""))
     return Outcome([*notes, line, *([f"your edits were saved to {saved}"] if saved else [])],
                    {"result": "recovered", "checkout": str(checkout), "user_edits": str(saved) if saved else None})
 
