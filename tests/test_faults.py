@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 from conftest import make_overlay, patchset, patchset_env
 from faultcheck import differences, json_problems, output_problems, snapshot
-from patchset.fsops import TMP_PREFIX
+from patchset.fsops import NEEDS_SPACE, TMP_PREFIX
 from patchset.overlay import MANIFEST
 from patchset.state import state_dir
 
@@ -372,3 +372,43 @@ def test_a_forced_revert_stopped_by_sigterm_still_names_the_saved_edits(tmp_path
     shutil.rmtree(saved)
     point.expect("pristine", "a forced completion stopped by SIGTERM")
     assert not point.problems, "\n".join(point.problems)
+
+
+def _full_disk_points(trace: list[str], checkout: Path, overlay: Path) -> list[int]:
+    """Where a disk that fills up meets apply: the first and the last mutation needing new space of each role
+    once the journal is written (a checkout file, an overlay package, its manifest, the state's phase)."""
+    groups: dict[str, list[int]] = {}
+    for number, (op, role) in enumerate(mutation_kinds(trace, checkout, overlay), 1):
+        if op in NEEDS_SPACE and role != "journal":
+            groups.setdefault(role, []).append(number)
+    return sorted({n for numbers in groups.values() for n in (numbers[0], numbers[-1])})
+
+
+def test_a_disk_that_fills_up_during_apply_is_rolled_back_whole(tmp_path: Path, reference: Reference) -> None:
+    """From a point of apply on, every write that needs new space fails (ENOSPC): the rollback needs none, so
+    apply ends with one line naming the path and "rolled back, nothing changed", the trees exactly pristine. A
+    revert on a full disk stops before it changes anything (its journal cannot say 'reverting'), or, once it has,
+    completes without new space."""
+    checkout_writes = [n for n, (op, role) in enumerate(mutation_kinds(reference.apply_trace, *reference.traced_in), 1)
+                       if op == "write" and role == "checkout file"]
+    points = sorted({checkout_writes[1], *_full_disk_points(reference.apply_trace, *reference.traced_in)})
+
+    def one(k: int) -> list[str]:
+        point = Point(tmp_path / f"apply-{k}", reference)
+        proc = point.run("apply", {1}, f"{k}:full", "No space left on device: /")
+        if "rolled back, nothing changed" not in proc.stderr or TMP_PREFIX in proc.stderr:
+            point.problems.append(f"apply: {proc.stderr.strip()}")  # (the line names the file, not our temporary)
+        point.expect("pristine", "a full disk")
+        return [f"full disk from mutation {k} ({reference.apply_trace[k - 1]}): {p}" for p in point.problems]
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        problems = [p for found in pool.map(one, points) for p in found]
+    point = Point(tmp_path / "revert", reference)
+    point.run("apply", {0})
+    point.run("revert", {1}, "1:full", "nothing was reverted")
+    point.expect("applied", "a revert on a full disk")
+    after_phase = next(n for n, line in enumerate(reference.revert_trace, 1) if line.split()[1] == "rename"
+                       and line.endswith("/.flashsac-overlay/state.json")) + 1
+    point.run("revert", {0}, f"{after_phase}:full")
+    point.expect("pristine", "a revert that the disk filled up under once begun")
+    assert not problems + point.problems, "\n".join(problems + point.problems)

@@ -3,7 +3,8 @@
 Why one layer: atomicity, modes and temporaries have to be right in one place only, and every mutation can be
 counted, so the fault tests stop the process before each one in turn:
 PATCHSET_FAULT_AT=<n>:kill|term|int|pause=<seconds>|errno=<ENOSPC|EACCES|...> acts just before mutation n
-(1-based); PATCHSET_FAULT_TRACE=<file> appends one line per mutation ("<n> <op> <path>").
+(1-based); <n>:full makes the disk full from mutation n on: each later mutation that needs new space (NEEDS_SPACE)
+fails with ENOSPC. PATCHSET_FAULT_TRACE=<file> appends one line per mutation ("<n> <op> <path>").
 
 Every temporary carries TMP_PREFIX in its name and lives beside its destination, so recovery finds and
 removes exactly ours (under the lock of the tree it lies in) and nothing else. A private temporary
@@ -24,6 +25,9 @@ TMP_PREFIX = ".flashsac-tmp-"
 
 _mutations = 0
 _names = 0
+#: The mutations that take new space on the disk: a new file's bytes, a directory, a filled directory. The others
+#: (rename, chmod, unlink, rmdir, rmtree, cleanup, fsync of bytes already written) need none.
+NEEDS_SPACE = ("write", "fill", "mkdir")
 
 
 def _step(op: str, path: Path) -> None:
@@ -35,6 +39,8 @@ def _step(op: str, path: Path) -> None:
         with open(trace, "a", encoding="utf-8") as handle:
             handle.write(f"{_mutations} {op} {path}\n")
     at, _, action = os.environ.get("PATCHSET_FAULT_AT", "").partition(":")
+    if at and action == "full" and _mutations >= int(at) and op in NEEDS_SPACE:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
     if not at or int(at) != _mutations:
         return
     if action in ("kill", "term", "int"):
@@ -66,11 +72,25 @@ def _write_fd(path: Path, data: bytes, mode: int) -> int:
     return fd
 
 
+def _named(exc: OSError, where: Path) -> OSError:
+    """The error naming where it happened for the user: where, in place of no path or a temporary of ours (a
+    full disk's os.write names none), so that its one line says which file or folder could not be written."""
+    if exc.filename is not None and TMP_PREFIX not in str(exc.filename):
+        return exc
+    named = OSError(exc.errno, exc.strerror, str(where))
+    named.__cause__ = exc
+    return named
+
+
 def write_file(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace path atomically with data and exactly this mode: readers see old or new, never half."""
     tmp = tmp_path(path.parent, path.name)
-    _step("write", tmp)
-    fd = _write_fd(tmp, data, mode)
+    try:
+        _step("write", tmp)
+        fd = _write_fd(tmp, data, mode)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _named(exc, path) from exc
     try:
         try:
             _step("fsync", tmp)
@@ -79,6 +99,9 @@ def write_file(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.close(fd)
         _step("rename", path)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _named(exc, path) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -157,7 +180,10 @@ def fill_dir(parent: Path, tag: str, files: Mapping[str, tuple[bytes, int]],
     Two counted steps: create the directory, fill it. Nothing inside is visible until the caller renames it.
     """
     tmp = tmp_path(parent, tag)
-    mkdir(tmp)
+    try:
+        mkdir(tmp)
+    except OSError as exc:
+        raise _named(exc, parent) from exc
     try:
         _step("fill", tmp)
         for rel, (data, mode) in files.items():
@@ -175,6 +201,9 @@ def fill_dir(parent: Path, tag: str, files: Mapping[str, tuple[bytes, int]],
             except OSError as exc:
                 if exc.errno not in _NO_HARD_LINK:
                     raise
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _named(exc, parent) from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -8,6 +8,7 @@ run created is removed: the journal records what existed before.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -72,29 +73,29 @@ def _check_files(checkout: Path, state: dict[str, Any]) -> None:
                                 f"{state_dir(checkout)}")
 
 
-def _relink(checkout: Path, path: str, rec: dict[str, Any], notes: list[str]) -> bool:
-    """Put back the very file a hard-linked touched file was (the journal's link to it), while it still holds the
-    pre-image; a mode the user set on the path since is kept. False where there is none to put back (a note says
-    why when its bytes were changed through another of its names)."""
+def _pristine_file(checkout: Path, path: str, rec: dict[str, Any], notes: list[str]) -> Path:
+    """The journal's file to put back at path: its link to the very file the apply replaced, where the file had
+    other hard links and still holds the pre-image (a note says so where its bytes were changed through another of
+    its names since), else its backup copy, checked."""
     link = image_path(checkout, "link", TARGET_CHECKOUT, path)
-    if link.is_symlink() or not link.is_file():
-        return False
-    if sha256(link.read_bytes()) != rec["pre"]:
+    if link.is_file() and not link.is_symlink():
+        if sha256(link.read_bytes()) == rec["pre"]:
+            return link
         notes.append(f"NOTE: {path} had other hard links, and its bytes were changed through them since apply: "
                      "restored as a file of its own (its other names keep theirs)")
-        return False
-    live = checkout / path
-    if live.is_file() and not live.is_symlink():
-        mode = live.stat().st_mode & 0o7777
-        if link.stat().st_mode & 0o7777 != mode:
-            fsops.chmod(link, mode)
-    fsops.move_file(link, live)
-    return True
+    backup = image_path(checkout, "backup", TARGET_CHECKOUT, path)
+    if backup.is_symlink() or not backup.is_file() or sha256(backup.read_bytes()) != rec["pre"]:
+        raise PatchsetError(f"backup of {path} is corrupt; restore it with git and delete {state_dir(checkout)}")
+    return backup
 
 
 def _restore_checkout(checkout: Path, state: dict[str, Any], notes: list[str]) -> list[str]:
-    """Put back every pre-image whose file is not already pristine; a mode the user set on the file is kept. A
-    file that had other hard links gets the very file back (linked again), else a file with its bytes."""
+    """Put back every pre-image whose file is not already pristine; a mode the user set on the file is kept.
+
+    The journal's own file is renamed into place (the very file, linked again, where it had other hard links; else
+    the backup copy), so that a restore needs no new space on the disk: a disk that filled up during the apply
+    cannot stop its rollback. A journal on another filesystem than the file (a mount inside the checkout) has its
+    copy written instead."""
     restored = []
     for path, rec in state["files"][TARGET_CHECKOUT].items():
         live = checkout / path
@@ -102,12 +103,23 @@ def _restore_checkout(checkout: Path, state: dict[str, Any], notes: list[str]) -
             continue
         if rec["pre"] is None:
             fsops.unlink(live)
-        elif not _relink(checkout, path, rec, notes):
-            data = image_path(checkout, "backup", TARGET_CHECKOUT, path).read_bytes()
-            if sha256(data) != rec["pre"]:
-                raise PatchsetError(f"backup of {path} is corrupt; restore it with git and delete {state_dir(checkout)}")
-            regular = live.is_file() and not live.is_symlink()
-            fsops.write_file(live, data, live.stat().st_mode & 0o7777 if regular else rec["mode"] or 0o644)
+            restored.append(path)
+            continue
+        source = _pristine_file(checkout, path, rec, notes)
+        if live.is_file() and not live.is_symlink():
+            mode = live.stat().st_mode & 0o7777
+        elif source == image_path(checkout, "link", TARGET_CHECKOUT, path):
+            mode = source.stat().st_mode & 0o7777  # the very file, as it was
+        else:
+            mode = rec["mode"] or 0o644
+        if source.stat().st_mode & 0o7777 != mode:
+            fsops.chmod(source, mode)
+        try:
+            fsops.move_file(source, live)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            fsops.write_file(live, source.read_bytes(), mode)
         restored.append(path)
     return restored
 
