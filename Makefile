@@ -3,7 +3,8 @@
 #            ALLOW_DRIFT=1, ALLOW_OTHER_COMMIT=1, FORCE=1 (revert over your edits, saved byte for byte first).
 # Offline GPU host (docs/offline-host.md): `make wheelhouse [WHEELHOUSE=wheelhouse] [PYTHON_VERSION=3.12]
 #            [ASSETS=<.tar.xz|folder>]` on a networked machine; there, any target with OFFLINE=<wheelhouse>
-#            [OFFLINE_SITE=work/offline-site] runs on python3 with the verified wheelhouse instead of the venv.
+#            [OFFLINE_SITE=work/offline-site] runs on python3 with the verified wheelhouse instead of the venv;
+#            `make apply OFFLINE=` ends by seeding the tree with the wheelhouse's G1 assets (never overwriting).
 #            WHEEL_LIST=<file>: another list than scripts/offline/gpu-host-wheels.txt (e.g. without the 163 MB
 #            warp-lang wheel for CPU-MuJoCo hosts); give the same WHEEL_LIST with OFFLINE= on the host.
 #            With warp-lang listed, the wheelhouse also carries MuJoCo Warp's CUDA kernels for G1, built from the
