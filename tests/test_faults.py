@@ -24,6 +24,7 @@ so a new kind of write cannot slip past the selection.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -412,3 +413,39 @@ def test_a_disk_that_fills_up_during_apply_is_rolled_back_whole(tmp_path: Path, 
     point.run("revert", {0}, f"{after_phase}:full")
     point.expect("pristine", "a revert that the disk filled up under once begun")
     assert not problems + point.problems, "\n".join(problems + point.problems)
+
+
+def test_a_full_disk_with_an_overlay_shared_by_two_checkouts(tmp_path: Path, reference: Reference) -> None:
+    """The second checkout on one overlay rewrites its manifest (its owners); a disk full from the apply's last
+    write on (the manifest written, the phase not yet) still rolls back whole, and a revert of one owner the disk
+    fills up under once begun completes: the manifest's new bytes were put aside before the first change."""
+    point = Point(tmp_path / "point", reference)
+    point.run("apply", {0})
+    other = Path(shutil.copytree(reference.template, tmp_path / "other", symlinks=True))
+
+    def owners() -> list[str]:
+        return json.loads((point.overlay / MANIFEST).read_text())["owners"]
+
+    def second(command: str, fault: str | None = None, trace: Path | None = None) -> subprocess.CompletedProcess:
+        env = {**({"PATCHSET_FAULT_AT": fault} if fault else {}),
+               **({"PATCHSET_FAULT_TRACE": str(trace)} if trace else {})}
+        return patchset(point.overlay, command, "--unilab", str(other), env=env)
+
+    assert second("apply", trace=tmp_path / "apply.trace").returncode == 0
+    writes = [n for n, line in enumerate((tmp_path / "apply.trace").read_text().splitlines(), 1)
+              if line.split()[1] in NEEDS_SPACE]
+    assert second("revert", trace=tmp_path / "revert.trace").returncode == 0
+    assert owners() == [str(point.checkout)]
+    before = (point.overlay / MANIFEST).read_bytes()
+    proc = second("apply", f"{writes[-1]}:full")
+    point.problems += output_problems(proc, {1}, "rolled back, nothing changed")
+    assert (point.overlay / MANIFEST).read_bytes() == before and not state_dir(other).exists(), proc.stderr
+    assert second("apply").returncode == 0
+    revert_trace = (tmp_path / "revert.trace").read_text().splitlines()
+    after_phase = next(n for n, line in enumerate(revert_trace, 1) if line.split()[1] == "rename"
+                       and line.endswith("/.flashsac-overlay/state.json")) + 1
+    proc = second("revert", f"{after_phase}:full")
+    point.problems += output_problems(proc, {0})
+    assert owners() == [str(point.checkout)] and not state_dir(other).exists(), proc.stderr
+    point.expect("applied", "the other checkout's apply and revert on a full disk")
+    assert not point.problems, "\n".join(point.problems)

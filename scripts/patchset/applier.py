@@ -259,6 +259,8 @@ def _hard_linked(checkout: Path, plan: dict[str, FileChange]) -> dict[str, Path]
 def _commit(checkout: Path, overlay: Path, prep: Prepared, locks: DirLocks) -> None:
     """Journal first (atomically, with backups), then checkout files, then the overlay, then phase 'applied'."""
     state = prep.state
+    if state["overlay_before"]["manifest"] is not None:  # a shared overlay: its rollback's manifest, put aside
+        state["overlay_manifest_ready"] = str(ovl.put_aside_manifest(overlay, state["overlay_before"]["manifest"]))
     create_state(checkout, state, prep.images, _hard_linked(checkout, prep.checkout_plan))
     for rel in state["created_dirs"]:
         fsops.mkdir(checkout / rel)
@@ -279,7 +281,10 @@ def _commit(checkout: Path, overlay: Path, prep: Prepared, locks: DirLocks) -> N
         "flags": state["flags"], "versions": state["versions"], "time": state["time"],
     })
     state["phase"] = "applied"
+    ready = state.pop("overlay_manifest_ready", None)
     save_state(checkout, state)
+    if ready:
+        fsops.unlink(Path(ready))
 
 
 def _roll_back_now(checkout: Path, exc: BaseException, dirs: list[Path]) -> PatchsetError:
@@ -477,6 +482,9 @@ def _revert_applied(opts: Options, checkout: Path, overlay: Path, state: dict[st
     try:
         if edited:
             saved = _save_edits(checkout, overlay, state, edited)
+        others = [o for o in (manifest or {}).get("owners", []) if o != str(checkout)]
+        if manifest is not None and others and others != manifest["owners"]:  # what the release will write
+            state["overlay_manifest_ready"] = str(ovl.put_aside_manifest(overlay, {**manifest, "owners": others}))
         state["phase"] = "reverting"
         save_state(checkout, state)
         started = True

@@ -107,6 +107,23 @@ def write_file(path: Path, data: bytes, mode: int = 0o644) -> None:
         raise
 
 
+def write_aside(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write a new file (a temporary name of ours) with data, on disk: bytes put aside for a later move_file."""
+    try:
+        _step("write", path)
+        fd = _write_fd(path, data, mode)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise _named(exc, path.parent) from exc
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
 def mkdir(path: Path) -> None:
     _step("mkdir", path)
     os.mkdir(path)

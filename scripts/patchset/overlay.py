@@ -58,8 +58,26 @@ def load_overlay_manifest(overlay: Path) -> dict[str, Any] | None:
                         f"({', '.join(OVERLAY_TARGETS)}) beside it, then apply again in each checkout that used it")
 
 
-def save_overlay_manifest(overlay: Path, manifest: dict[str, Any]) -> None:
-    fsops.write_file(overlay / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+def _encode_manifest(manifest: dict[str, Any]) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def save_overlay_manifest(overlay: Path, manifest: dict[str, Any], ready: Path | None = None) -> None:
+    """Write the overlay's manifest; where ready holds exactly these bytes (put aside before the run's first
+    change), it is renamed into place instead, which needs no new space on the disk."""
+    data = _encode_manifest(manifest)
+    if ready is not None and ready.is_file() and not ready.is_symlink() and ready.read_bytes() == data:
+        fsops.move_file(ready, overlay / MANIFEST)
+    else:
+        fsops.write_file(overlay / MANIFEST, data, 0o644)
+
+
+def put_aside_manifest(overlay: Path, manifest: dict[str, Any]) -> Path:
+    """The bytes of a manifest a later step (a rollback, a revert's release) may have to write, written beside the
+    manifest under a temporary name before the run changes anything: that step then needs no new space."""
+    ready = fsops.tmp_path(overlay, f"{MANIFEST}-ready")
+    fsops.write_aside(ready, _encode_manifest(manifest))
+    return ready
 
 
 def hash_files(files: Files) -> dict[str, str]:
@@ -181,7 +199,7 @@ def remove_ours(overlay: Path, expected: Mapping[str, str | None]) -> None:
         fsops.discard(directory)
 
 
-def release(overlay: Path, checkout: Path, expected: Mapping[str, str | None]) -> bool:
+def release(overlay: Path, checkout: Path, expected: Mapping[str, str | None], ready: Path | None = None) -> bool:
     """Drop this checkout from the overlay's owners; delete the package and manifest when none remain.
 
     The packages must hold what was built, or the edits a forced revert saved (expected). Idempotent, so an
@@ -191,7 +209,7 @@ def release(overlay: Path, checkout: Path, expected: Mapping[str, str | None]) -
     owners = [o for o in (manifest or {}).get("owners", []) if o != str(checkout)]
     if manifest is not None and owners:
         if owners != manifest["owners"]:
-            save_overlay_manifest(overlay, {**manifest, "owners": owners})
+            save_overlay_manifest(overlay, {**manifest, "owners": owners}, ready)
         return False
     remove_ours(overlay, expected)
     if manifest is not None:
@@ -199,7 +217,8 @@ def release(overlay: Path, checkout: Path, expected: Mapping[str, str | None]) -
     return True
 
 
-def restore(overlay: Path, before: dict[str, Any], expected: Mapping[str, str | None]) -> None:
+def restore(overlay: Path, before: dict[str, Any], expected: Mapping[str, str | None],
+            ready: Path | None = None) -> None:
     """Roll the overlay back to what an interrupted apply found (package there or not, the manifest then)."""
     if not before["package"]:
         remove_ours(overlay, expected)
@@ -208,4 +227,4 @@ def restore(overlay: Path, before: dict[str, Any], expected: Mapping[str, str | 
         if current is not None:
             fsops.unlink(overlay / MANIFEST)
     elif current != before["manifest"]:
-        save_overlay_manifest(overlay, before["manifest"])
+        save_overlay_manifest(overlay, before["manifest"], ready)

@@ -135,12 +135,26 @@ def _remove_created_dirs(checkout: Path, state: dict[str, Any], overlay_too: boo
             fsops.rmdir(path)
 
 
+def _ready(state: dict[str, Any]) -> Path | None:
+    """The overlay manifest's bytes the run put aside before its first change (a shared overlay), if any."""
+    ready = state.get("overlay_manifest_ready")
+    return Path(ready) if ready else None
+
+
+def _drop_ready(state: dict[str, Any]) -> None:
+    """Remove the put-aside manifest where the step did not need it."""
+    ready = _ready(state)
+    if ready is not None and (ready.is_file() or ready.is_symlink()):
+        fsops.unlink(ready)
+
+
 def roll_back_apply(checkout: Path, state: dict[str, Any], notes: list[str] | None = None) -> list[str]:
     """Undo an apply that did not finish; returns the restored paths (notes: gets the lines to add, if any)."""
     _check_files(checkout, state)
     _check_overlay(state)
     restored = _restore_checkout(checkout, state, notes if notes is not None else [])
-    ovl.restore(Path(state["overlay"]), state["overlay_before"], expected_overlay(state))
+    ovl.restore(Path(state["overlay"]), state["overlay_before"], expected_overlay(state), _ready(state))
+    _drop_ready(state)
     _remove_created_dirs(checkout, state, overlay_too=True)
     fsops.discard(state_dir(checkout))
     return restored
@@ -152,7 +166,8 @@ def finish_revert(checkout: Path, state: dict[str, Any], notes: list[str] | None
     _check_files(checkout, state)
     _check_overlay(state)
     restored = _restore_checkout(checkout, state, notes if notes is not None else [])
-    removed = ovl.release(Path(state["overlay"]), checkout, expected_overlay(state))
+    removed = ovl.release(Path(state["overlay"]), checkout, expected_overlay(state), _ready(state))
+    _drop_ready(state)
     _remove_created_dirs(checkout, state, overlay_too=removed)
     fsops.discard(state_dir(checkout))
     return restored, removed

@@ -76,6 +76,7 @@ _REQUIRED: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
 #: Keys a state may lack (written by an older patchset, or only once a revert saved edits), checked when present.
 _OPTIONAL: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("overlay_created_dirs", _is_list_of(_is_absolute), "a list of absolute paths"),
+    ("overlay_manifest_ready", lambda v: v is None or _is_absolute(v), "an absolute path or null"),
     ("user_edits", lambda v: isinstance(v, dict) and isinstance(v.get("dir"), str)
      and isinstance(v.get("markers"), dict), "an object with 'dir' and 'markers'"),
 )
