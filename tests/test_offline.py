@@ -28,6 +28,7 @@ from offline.wheellist import (  # noqa: E402
     REQUIREMENTS, WHEEL_LIST, check_agreement, disagreements, parse_pins, read_wheel_list)
 from patchset.paths import cache_dir  # noqa: E402
 from patchset.pins import load_pins  # noqa: E402
+from test_readme import check_trained, paste, readme_commands  # noqa: E402  (the README's command, as it runs it)
 
 ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.xz"  # test data, as CI has it
 HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -283,9 +284,10 @@ def project_copy(dest: Path) -> Path:
     return dest
 
 
-def test_offline_host_applies_in_a_copied_project(built: Path, tiny_list: Path, tmp_path: Path) -> None:
-    """The README's GPU host: project and wheelhouse copied, no venv, no cache, the package index unreachable;
-    `make apply OFFLINE=wheelhouse ALLOW_DRIFT=1` builds the whole overlay from the wheelhouse alone."""
+def offline_apply(built: Path, tiny_list: Path, tmp_path: Path
+                  ) -> tuple[Path, subprocess.CompletedProcess, tuple[str, ...], dict[str, str]]:
+    """The README's GPU host: project and wheelhouse copied, no venv, no cache, the package index unreachable,
+    then `make apply OFFLINE=wheelhouse ALLOW_DRIFT=1`: the host project, the apply, its make flags and env."""
     host = project_copy(tmp_path / "host-project")
     shutil.copytree(built, host / "wheelhouse")
     (tmp_path / "no-links").mkdir()
@@ -294,6 +296,13 @@ def test_offline_host_applies_in_a_copied_project(built: Path, tiny_list: Path, 
     flags = ("OFFLINE=wheelhouse", f"WHEEL_LIST={tiny_list}", f"PYTHON={sys.executable}")
     applied = make("apply", *flags, "ALLOW_DRIFT=1", cwd=host, **offline_host)
     assert applied.returncode == 0, applied.stdout[-2000:] + applied.stderr
+    return host, applied, flags, offline_host
+
+
+def test_offline_host_applies_in_a_copied_project(built: Path, tiny_list: Path, tmp_path: Path) -> None:
+    """The README's GPU host: `make apply OFFLINE=wheelhouse ALLOW_DRIFT=1` builds the whole overlay from the
+    wheelhouse alone, and seeds the tree with its G1 assets."""
+    host, applied, flags, offline_host = offline_apply(built, tiny_list, tmp_path)
     assert (host / "overlay" / "uni_rl" / "__init__.py").is_file()
     assert (host / "overlay" / "unisim" / "__init__.py").is_file()
     # the host trains as it benchmarks: the wheelhouse's G1 meshes are in the applied tree, and apply says so
@@ -303,6 +312,21 @@ def test_offline_host_applies_in_a_copied_project(built: Path, tiny_list: Path, 
     status = make("status", *flags, cwd=host, **offline_host)
     assert status.returncode == 0 and "work/unilab-1.3.2: applied" in status.stdout, status.stderr
     assert not (tmp_path / "no-cache").exists()
+
+
+@pytest.mark.extended  # a CPU training run on top of the apply; the default test above checks the tree's meshes
+def test_the_readme_training_command_trains_on_the_offline_applied_tree(built: Path, tiny_list: Path,
+                                                                          tmp_path: Path) -> None:
+    """The README's MuJoCo Warp command (as tests/test_readme.py runs it: short, headless, Warp's CPU device), pasted
+    in the tree `make apply OFFLINE=` left, with Hugging Face out of reach: the meshes come from the wheelhouse. The
+    interpreter is the project's venv (the README's; the small wheelhouse here holds no torch)."""
+    host, *_ = offline_apply(built, tiny_list, tmp_path)
+    (host / ".venv").symlink_to(PROJECT / ".venv")
+    run = tmp_path / "run"
+    run.mkdir()
+    proc = paste(host, readme_commands()["g1_walk_flat/mjwarp"], run, UNISIM_MJWARP_ALLOW_CPU="1",
+                 HF_HUB_OFFLINE="1")
+    check_trained(proc, run)
 
 
 def test_make_wheelhouse_builds_from_the_given_wheel_list(tiny_list: Path, tmp_path: Path) -> None:
