@@ -376,13 +376,14 @@ def test_a_forced_revert_stopped_by_sigterm_still_names_the_saved_edits(tmp_path
 
 
 def _full_disk_points(trace: list[str], checkout: Path, overlay: Path) -> list[int]:
-    """Where a disk that fills up meets apply: the first and the last mutation needing new space of each role
-    once the journal is written (a checkout file, an overlay package, its manifest, the state's phase)."""
-    groups: dict[str, list[int]] = {}
-    for number, (op, role) in enumerate(mutation_kinds(trace, checkout, overlay), 1):
-        if op in NEEDS_SPACE and role != "journal":
-            groups.setdefault(role, []).append(number)
-    return sorted({n for numbers in groups.values() for n in (numbers[0], numbers[-1])})
+    """Where a disk that fills up meets apply, once the journal is written: at its second checkout file (one is
+    replaced), its last, the overlay's first package step and the last write of all (the state's phase; the
+    overlay and its manifest are in place then)."""
+    kinds = mutation_kinds(trace, checkout, overlay)
+    space = [(n, role) for n, (op, role) in enumerate(kinds, 1) if op in NEEDS_SPACE and role != "journal"]
+    files = [n for n, (op, role) in enumerate(kinds, 1) if op == "write" and role == "checkout file"]
+    packages = [n for n, role in space if role == "overlay package"]
+    return sorted({files[1], files[-1], packages[0], space[-1][0]})
 
 
 def test_a_disk_that_fills_up_during_apply_is_rolled_back_whole(tmp_path: Path, reference: Reference) -> None:
@@ -390,9 +391,8 @@ def test_a_disk_that_fills_up_during_apply_is_rolled_back_whole(tmp_path: Path, 
     apply ends with one line naming the path and "rolled back, nothing changed", the trees exactly pristine. A
     revert on a full disk stops before it changes anything (its journal cannot say 'reverting'), or, once it has,
     completes without new space."""
-    checkout_writes = [n for n, (op, role) in enumerate(mutation_kinds(reference.apply_trace, *reference.traced_in), 1)
-                       if op == "write" and role == "checkout file"]
-    points = sorted({checkout_writes[1], *_full_disk_points(reference.apply_trace, *reference.traced_in)})
+    points = _full_disk_points(reference.apply_trace, *reference.traced_in)
+    assert len(points) == 4, points
 
     def one(k: int) -> list[str]:
         point = Point(tmp_path / f"apply-{k}", reference)
