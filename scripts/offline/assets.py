@@ -4,8 +4,9 @@ UniLab 1.3.2 keeps them on Hugging Face (`unilab.assets.hub`) and downloads them
 host cannot do. Here they come either from UniLab's own download (its `ROBOT_ASSET_SPECS["g1"]` directories,
 through its `resolve_robot_asset_dir`, so the repository and mirror fallback are UniLab's) or from an archive or
 folder the user gives (ASSETS=...). Stored compressed (19 MB of meshes are 6 MB as .tar.xz). `make apply OFFLINE=`
-seeds the applied tree from every archive the wheelhouse carries (``seed``: sha256-checked, never overwriting a file
-that differs); the bench seeds the trees it runs from the same archive (`bench_env.seed_assets`).
+seeds the applied tree from every archive the wheelhouse carries (``seed``: sha256-checked; ``seed_tree``: never
+overwriting a file that differs); the bench seeds the trees it runs from the same archive (`bench_env.seed_assets`,
+which leaves a differing file alone instead of refusing).
 """
 
 from __future__ import annotations
@@ -143,23 +144,21 @@ def _wheelhouse_archives(wheelhouse: Path) -> list[tuple[Path, str]]:
     return archives
 
 
-def seed(wheelhouse: Path, tree: Path) -> str:
-    """Unpack every asset archive of the wheelhouse into ``tree``'s src/unilab/assets; returns the line to print.
+def seed_tree(archives: list[Path], tree: Path) -> tuple[int, int]:
+    """Unpack the archives (laid out like src/unilab/assets/) into ``tree``'s src/unilab/assets; returns how many
+    files were written and how many were there already.
 
-    Each archive is checked against the sha256 the wheelhouse records, and every member is compared with the file
-    already at its place before anything is written: a file that is there with the same bytes is left alone (a
-    second call writes nothing), one with other bytes (or something that is not a file) stops the seeding with
-    one line naming it, and nothing is written. New files are written beside their place and renamed into it.
+    Every member is compared with the file already at its place before anything is written: a file that is there
+    with the same bytes is left alone (a second call writes nothing), one with other bytes (or something that is
+    not a file) stops the seeding with one line naming it, and nothing is written. New files are written beside
+    their place and renamed into it. Where two archives hold one file, the first one's is taken.
     """
-    if not (tree / TREE_ASSETS).is_dir():
-        raise OfflineError(f"{tree / TREE_ASSETS} is not a folder: {tree} is not a UniLab tree")
-    archives = _wheelhouse_archives(wheelhouse)
-    if not archives:
-        return f"G1 assets: the wheelhouse {wheelhouse} carries none ({FOLDER}/*.tar.xz)"
     dest = tree / TREE_ASSETS
+    if not dest.is_dir():
+        raise OfflineError(f"{dest} is not a folder: {tree} is not a UniLab tree")
     pending: dict[str, bytes] = {}
     present = 0
-    for archive, _sha in archives:
+    for archive in archives:
         _members(archive)  # refuses members that would land outside the assets folder
         with tarfile.open(archive) as opened:
             for member in opened.getmembers():
@@ -197,6 +196,17 @@ def seed(wheelhouse: Path, tree: Path) -> str:
             partial.unlink(missing_ok=True)
             raise OfflineError(f"cannot write {target} ({exc.strerror or exc}): the G1 assets are seeded only in "
                                f"part; free the space or fix the folder and run again") from exc
-    sources = ", ".join(a.name for a, _ in archives)
-    return (f"G1 assets: {len(pending)} files put into {dest} from {sources} (sha256 verified), "
-            f"{present} already there")
+    return len(pending), present
+
+
+def seed(wheelhouse: Path, tree: Path) -> str:
+    """Every asset archive of the wheelhouse, each checked against the sha256 the wheelhouse records, into
+    ``tree``'s src/unilab/assets (``seed_tree``); returns the line to print."""
+    if not (tree / TREE_ASSETS).is_dir():
+        raise OfflineError(f"{tree / TREE_ASSETS} is not a folder: {tree} is not a UniLab tree")
+    archives = [archive for archive, _sha in _wheelhouse_archives(wheelhouse)]
+    if not archives:
+        return f"G1 assets: the wheelhouse {wheelhouse} carries none ({FOLDER}/*.tar.xz)"
+    written, present = seed_tree(archives, tree)
+    return (f"G1 assets: {written} files put into {tree / TREE_ASSETS} from {', '.join(a.name for a in archives)} "
+            f"(sha256 verified), {present} already there")
