@@ -7,7 +7,7 @@ device, the host path's real collector process); each check has a negative contr
   iteration and the checkpoint, within seconds; the checkpoint loads with `weights_only=True` (UniLab's play
   loader) and `algo.resume=true` continues it to the end (control: resuming a checkpoint without its
   training state is refused); a resume already at or past `algo.max_iterations` says so in one line and writes
-  nothing;
+  nothing; SIGTERM or SIGINT while the trainer still starts is one line and 143 or 130;
 - with `save_replay` the resumed device-collector run is bitwise the uninterrupted one: learner, optimizers,
   schedules, normalizers, replay ring, env state, RNG (control: the env's random generator left out of the
   checkpoint makes them differ);
@@ -141,6 +141,26 @@ def test_sigterm_checkpoints_exits_143_and_algo_resume_continues(tree: tuple[Pat
         assert proc.stderr.strip().splitlines()[-1].startswith(f"algo.resume=true: {logs / f'model_{end}.pt'}")
         assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert files(logs) == before
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_while_the_trainer_starts_is_one_line(tree: tuple[Path, Path], tmp_path: Path, sig: int,
+                                                     code: int) -> None:
+    """SIGTERM or SIGINT one second after launch, while the entry script still imports and sets up (no training
+    loop guards the run yet): one line, 128 + the signal, no traceback, no process left. Control, the series
+    before this guard: SIGINT gave a KeyboardInterrupt traceback and SIGTERM a silent death (-15)."""
+    proc = _popen(tree, TRAIN, *CLI, "algo.max_iterations=1000", f"training.log_dir='{tmp_path / 'run'}'")
+    time.sleep(1.0)
+    children = [p.pid for p in _descendants(proc.pid)]
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr[-3000:]
+    lines = stderr.strip().splitlines()
+    assert lines and lines[-1] == (f"[train_flashsac] stopped by {signal.Signals(sig).name} outside the training "
+                                   "loop; no checkpoint to write"), stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    time.sleep(1.0)
+    assert not _alive(children)
 
 
 def test_resumed_run_with_the_replay_is_bitwise_the_uninterrupted_one(tree: tuple[Path, Path], tmp_path: Path) -> None:
