@@ -1,8 +1,9 @@
 """The fully applied trees of (a prefix of) the series, planned in memory over the pristine pinned trees.
 
 Shared by the sameness record of an earlier series (tests/data/series-*.json, written by `python
-tests/series_images.py record`) and the test that checks the current series against it: one digest per target over every file of that target's
-tree with the patches applied (path, sha256 and mode of each), plus the post-image sha256 of each touched file.
+tests/series_images.py record`) and the test that checks the current series against it: one digest per target
+over every file of that target's tree with the patches applied (path, sha256 and mode of each), plus the
+post-image sha256 of each touched file.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ def test_the_committed_page_is_generated() -> None:
 
 def test_every_added_key_and_variable_has_a_row() -> None:
     page = (PROJECT / "docs" / "configuration.md").read_text()
-    pre, post, patches = api.series_files("unilab", configuration_doc.CONFIG)
+    images, patches = api.series_files("unilab", (configuration_doc.CONFIG,))
+    pre, post = images[configuration_doc.CONFIG]
     before = configuration_doc.keys_with_comments(pre.decode())
     added = [k for k in configuration_doc.keys_with_comments(post.decode()) if k not in before]
     assert len(added) >= 20
@@ -40,7 +41,8 @@ def test_every_added_key_and_variable_has_a_row() -> None:
 
 def test_a_key_missing_from_the_config_is_missing_from_the_page() -> None:
     """Negative control: the rows come from the config, not from a list kept beside it."""
-    pre, post, patches = api.series_files("unilab", configuration_doc.CONFIG)
+    images, patches = api.series_files("unilab", (configuration_doc.CONFIG,))
+    pre, post = images[configuration_doc.CONFIG]
     text = post.decode()
     assert "\n  collector_host_ahead: true\n" in text
     entries = configuration_doc.config_entries(pre, text.replace("\n  collector_host_ahead: true\n", "\n").encode(),

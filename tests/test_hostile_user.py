@@ -136,7 +136,8 @@ def test_structurally_invalid_json_is_one_line(checkout: Path, overlay: Path, ru
 def test_stray_patch_is_refused(checkout: Path, run_patchset: Runner, tmp_path: Path) -> None:
     patches = tmp_path / "patches"
     shutil.copytree(PROJECT / "patches", patches)
-    shutil.copy(patches / "uni_rl" / "0001-learner-reads-no-host-scalars.patch", patches / "uni_rl" / "0010-stray.patch")
+    first = patches / "uni_rl" / "0001-learner-reads-no-host-scalars.patch"
+    shutil.copy(first, patches / "uni_rl" / "0010-stray.patch")
     before = tree_hashes(checkout)
     one_line(run_patchset("apply", "--unilab", str(checkout), "--patches", str(patches)),
              "patch uni_rl/0010-stray.patch is not listed in")

@@ -811,9 +811,10 @@ def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_
 
 @pytest.mark.parametrize("switch", ["combo_kernels"])
 def test_inductor_switches_reach_every_function_the_learner_compiles(patched_uni_rl_root: Path, switch: str) -> None:
-    """``combo_kernels`` (uni_rl 0019) adds the Inductor option of its name to every function the learner compiles, and change nothing else of the compile: the learner's
-    CUDA-only compile gate is lifted with a compile that records its arguments and compiles nothing. Control: the
-    switch off passes the same calls without the option."""
+    """``combo_kernels`` (uni_rl 0019) adds the Inductor option of its name to every function the learner
+    compiles and changes nothing else of the compile: the learner's CUDA-only compile gate is lifted with a
+    compile that records its arguments and compiles nothing. Control: the switch off passes the same calls
+    without the option."""
     result = run_snippet(
         patched_uni_rl_root,
         """

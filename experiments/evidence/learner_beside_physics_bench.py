@@ -10,7 +10,8 @@ taking several tiles), so while one runs no SM is free for the physics' small ke
 priorities. torch can ask cuBLASLt to leave SMs free (``torch._C._set_sm_carveout_experimental``: the products'
 kernels are chosen for that many fewer SMs); the choice is made when a product is called, so for a CUDA graph when
 it is captured: this bench sets it around each learner's warm-up (``products_leaving``). The series has no such
-switch: on a lent H100 no carveout shortened training at UniLab's defaults (results/2026-12-06-h100-learner-beside-physics).
+switch: on a lent H100 no carveout shortened training at UniLab's defaults
+(results/2026-12-06-h100-learner-beside-physics).
 
 This bench builds, at ``--setting`` (the report's at its 2/1/1 schedule), the learner as training does
 (``learner_kernel_profile``'s builder: the tree's config, G1 Walk Flat's dimensions, the whole-iteration graph

@@ -142,12 +142,13 @@ def _rows(entries: Sequence[Entry]) -> list[str]:
 
 
 def render() -> str:
-    pre, post, patches = api.series_files("unilab", CONFIG)
+    images, patches = api.series_files("unilab", (CONFIG, *OWNERS))
+    pre, post = images[CONFIG]
     assert pre is not None and post is not None
     config = config_entries(pre, post, patches)
     owners = []
     for owner in OWNERS:
-        owner_pre, owner_post, _ = api.series_files("unilab", owner)
+        owner_pre, owner_post = images[owner]
         before = keys_with_comments((owner_pre or b"").decode())
         for key, (value, comment) in keys_with_comments((owner_post or b"").decode()).items():
             if before.get(key, (None,))[0] != value:

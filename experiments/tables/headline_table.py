@@ -83,6 +83,23 @@ def _newest_series(groups: dict[Key, list[dict[str, Any]]]) -> dict[Key, list[di
     return {key: groups[key] for key in newest.values()}
 
 
+def _groups(runs: Sequence[dict[str, Any]]) -> dict[Key, list[dict[str, Any]]]:
+    """The completed runs of the builds a user chooses between, by row, the newest series of each row."""
+    groups: dict[Key, list[dict[str, Any]]] = {}
+    for run in runs:
+        if run.get("status") == "completed" and run.get("env_steps_per_s") and run.get("config") in HEADLINE_CONFIGS:
+            groups.setdefault(_key(run), []).append(run)
+    return _newest_series(groups)
+
+
+def _build_and_physics(key: Key) -> tuple[str, str]:
+    """A row's build (its configuration's label) and physics (with MPS and the device-resident collector)."""
+    _, _, config, physics, mps, device_collector, _ = key
+    sim = (mjwarp_report.SIM_LABELS[PHYSICS[physics]] + (", CUDA MPS" if mps else "")
+           + (", device-resident collector" if device_collector else ""))
+    return bench_configs.CONFIGS[HEADLINE_CONFIGS[config]].label, sim
+
+
 def headline_table(runs: Sequence[dict[str, Any]]) -> str:
     """Markdown: per envs × schedule × build × physics, wall per iteration, env steps/s, launch to 1st iteration.
 
@@ -92,27 +109,21 @@ def headline_table(runs: Sequence[dict[str, Any]]) -> str:
     or physics that was not measured at a setting has no row (the README says so) rather than an empty one; a row
     measured with several series shows the newest (``_newest_series``).
     """
-    groups: dict[Key, list[dict[str, Any]]] = {}
-    for run in runs:
-        if run.get("status") == "completed" and run.get("env_steps_per_s") and run.get("config") in HEADLINE_CONFIGS:
-            groups.setdefault(_key(run), []).append(run)
-    groups = _newest_series(groups)
+    groups = _groups(runs)
     lines = [
         "| envs · schedule | build | physics | runs | wall per iteration (ms) | env steps/s "
         "| launch → 1st iteration (s) | series | machine | evidence |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in sorted(groups):
-        envs, schedule, config, physics, mps, device_collector, series = key
+        envs, schedule, *_, series = key
         group = groups[key]
         folders = sorted({str(r.get("_folder", "?")).removeprefix("results/").split("/")[0] for r in group})
         wall = bench_report.pooled(group, "wall_per_iter_ms")
         if wall is None:
             continue
         mean = float(wall["mean_ms"])
-        label = bench_configs.CONFIGS[HEADLINE_CONFIGS[config]].label
-        sim = (mjwarp_report.SIM_LABELS[PHYSICS[physics]] + (", CUDA MPS" if mps else "")
-               + (", device-resident collector" if device_collector else ""))
+        label, sim = _build_and_physics(key)
         lines.append(
             f"| {envs} · {schedule} | {label} | {sim} | "
             f"{len(group)} | {mean:.1f} | {envs * 1000.0 / mean:.0f} | {_first_iteration(group)} | `{series}` | "
@@ -135,28 +146,22 @@ def front_tables(runs: Sequence[dict[str, Any]]) -> str:
     Meant for one folder of one invocation (one machine, one series), so that every row of a table is comparable;
     rows as in ``headline_table`` (completed runs of the three builds a user chooses between, the newest series).
     """
-    groups: dict[Key, list[dict[str, Any]]] = {}
-    for run in runs:
-        if run.get("status") == "completed" and run.get("env_steps_per_s") and run.get("config") in HEADLINE_CONFIGS:
-            groups.setdefault(_key(run), []).append(run)
-    groups = _newest_series(groups)
+    groups = _groups(runs)
     blocks = []
     for setting in sorted({key[:2] for key in groups}):
         envs, schedule = setting
         lines = [f"**{SETTINGS.get(setting, 'a setting of its own')}** ({envs} envs, {schedule})", "",
-                 "| build | physics | wall per iteration (ms) | env steps/s | speed-up | launch → 1st iteration (s) |",
+                 "| build | physics | wall per iteration (ms) | env steps/s | speed-up "
+                 "| launch → 1st iteration (s) |",
                  "|---|---|---|---|---|---|"]
         walls = {key: bench_report.pooled(groups[key], "wall_per_iter_ms") for key in groups if key[:2] == setting}
         base = [float(w["mean_ms"]) for k, w in walls.items() if w and k[2] == 0 and k[3] == 0]
         for key in sorted(k for k in groups if k[:2] == setting):
-            _, _, config, physics, mps, device_collector, _ = key
             wall = walls[key]
             if wall is None:
                 continue
             mean = float(wall["mean_ms"])
-            label = bench_configs.CONFIGS[HEADLINE_CONFIGS[config]].label
-            sim = (mjwarp_report.SIM_LABELS[PHYSICS[physics]] + (", CUDA MPS" if mps else "")
-                   + (", device-resident collector" if device_collector else ""))
+            label, sim = _build_and_physics(key)
             speed = f"{base[0] / mean:.2f}×" if base else "–"
             lines.append(f"| {label} | {sim} | {mean:.1f} | {envs * 1000.0 / mean:.0f} | {speed} | "
                          f"{_first_iteration(groups[key])} |")

@@ -4,7 +4,8 @@
 A block in README.md, a docs/ page or a results folder's README.md is delimited by ``<!-- table:KIND:FOLDER -->``
 and ``<!-- /table -->``, where KIND is a table of ``bench_report`` (``throughput``, ``timings``, ``pace``, ``collectors``, ``env-step-split``, ``start``,
 ``start-phases``, ``compile-frames``), of
-``headline_table`` (``headline``; ``front``, the front page's small tables, one per setting) or of ``mjwarp_report`` (``physics`` from run JSONs;
+``headline_table`` (``headline``; ``front``, the front page's small tables, one per setting) or of
+``mjwarp_report`` (``physics`` from run JSONs;
 ``agreement`` and ``env-profile`` from the study JSONs directly in FOLDER, ``sim-training`` from run JSONs of several
 seeds per physics and collector, pooling ``+``-joined folders), ``parity`` (bench_parity; pooling ``+``-joined folders too) or ``ttr`` (time_to_reward) from a folder's run JSONs, ``preemption``
 (preemption_report) from the stop / resume / kill matrix's case JSONs, ``kernel-build`` (mjwarp_kernel_build)

@@ -7,6 +7,7 @@ Everything else in this package is internal. The pins and paths here are the pro
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,13 @@ def status(checkout: Path | None = None, overlay: Path | None = None) -> dict[st
     return json.loads(json.dumps(applier.status(opts).data, default=str))
 
 
-def series_files(target: str, rel: str) -> tuple[bytes | None, bytes | None, list[tuple[str, dict[str, str], list[str]]]]:
-    """One file of a target as the pinned tree has it and as the committed series leaves it, planned in memory
+def series_files(target: str, rels: Sequence[str]) -> tuple[dict[str, tuple[bytes | None, bytes | None]],
+                                                             list[tuple[str, dict[str, str], list[str]]]]:
+    """Files of a target as the pinned tree has them and as the committed series leaves them, planned in memory
     (no checkout touched), and every patch of the series with its DEP-3 header and the lines it adds to any file.
 
-    For documents generated from the series itself (docs/configuration.md): the pre- and post-image of ``rel``
-    and, per patch in series order, ``(name, header, added lines)``.
+    For documents generated from the series itself (docs/configuration.md): ``{rel: (pre-image, post-image)}`` and,
+    per patch in series order, ``(name, header, added lines)``.
     """
     from .plan import plan_target
     from .scratch import pristine_trees
@@ -55,9 +57,11 @@ def series_files(target: str, rel: str) -> tuple[bytes | None, bytes | None, lis
 
     series = load_series(PROJECT_ROOT / "patches")
     files = pristine_trees()[target]
-    pre = files[rel][0] if rel in files else None
-    change = plan_target(series.for_target(target), lambda path: files[path][0] if path in files else None).get(rel)
-    post = pre if change is None else change.post
+    plan = plan_target(series.for_target(target), lambda path: files[path][0] if path in files else None)
+    images = {}
+    for rel in rels:
+        pre = files[rel][0] if rel in files else None
+        images[rel] = (pre, plan[rel].post if rel in plan else pre)
     patches = [(p.name, dict(p.header), [line.value.rstrip("\n") for f in p.diff for h in f for line in h
                                          if line.is_added]) for p in series.patches]
-    return pre, post, patches
+    return images, patches

@@ -2,7 +2,8 @@
 
 Layout inside the checkout: .flashsac-overlay/{state.json, backup/<target>/<path>, post/<target>/<path>,
 link/<target>/<path>, .gitignore}; link/ holds, for a touched file that had other hard links, one more link to
-that very file (no copy of its bytes), so that the revert can put the file itself back where the apply replaced it. The directory appears whole (filled under a temporary name, then renamed), so it exists exactly
+that very file (no copy of its bytes), so that the revert can put the file itself back where the apply replaced
+it. The directory appears whole (filled under a temporary name, then renamed), so it exists exactly
 when state.json does; state.json is then only ever replaced atomically. Its 'phase' says how far a run got:
 'applying' (targets may be half written: roll back), 'applied', 'reverting' (finish the revert).
 """
