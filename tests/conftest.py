@@ -27,6 +27,9 @@ from patchset.trees import create_embedded_tree, extract_wheel_package  # noqa: 
 CONFIG = "src/unilab/conf/flashsac/config.yaml"
 #: The G1 meshes UniLab would download from Hugging Face: test data beside the project (CI has it there).
 G1_ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.xz"
+#: The Go2 meshes of the Go2 joystick scene, the same way. One of them, base_4.obj, is a visual-only placeholder
+#: (no collision, the body's inertia given explicitly): the simulated physics are the real model's (its README).
+GO2_ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-go2-assets.tar.xz"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -36,12 +39,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def runnable_tree(source: Path, dest: Path) -> Path:
-    """A copy of a UniLab tree with the G1 meshes unpacked into src/unilab/assets (never committed)."""
-    if not G1_ASSETS.is_file():
-        raise FileNotFoundError(f"G1 assets not found at {G1_ASSETS} (CI provides them at <project>/../shared/assets/)")
+    """A copy of a UniLab tree with the G1 and Go2 meshes unpacked into src/unilab/assets (never committed)."""
+    for archive in (G1_ASSETS, GO2_ASSETS):
+        if not archive.is_file():
+            raise FileNotFoundError(f"{archive.name} not found at {archive.parent} (CI provides it at "
+                                    f"<project>/../shared/assets/)")
     shutil.copytree(source, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    with tarfile.open(G1_ASSETS) as tar:
-        tar.extractall(dest / "src" / "unilab" / "assets", filter="data")
+    for archive in (G1_ASSETS, GO2_ASSETS):
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest / "src" / "unilab" / "assets", filter="data")
     return dest
 
 
