@@ -223,9 +223,9 @@ def test_a_ttr_study_at_unilab_defaults_takes_its_threshold_from_a_committed_unp
     study = results / "study" / "ttr"
     (study / "runs").mkdir(parents=True)
     for name in ("c2-gpu0-02-unilab-default-patched-default-tree", "c2-gpu1-02-unilab-default-upstream-1.4.0-tree"):
-        shutil.copy(committed / f"{name}.json.gz", study / "runs")
+        shutil.copy(committed / f"{name}.json.xz", study / "runs")
     (results / "base").mkdir()
-    baseline = shutil.copy(committed / "c2-gpu0-01-unilab-default-baseline-1.3.2-tree.json.gz", results / "base")
+    baseline = shutil.copy(committed / "c2-gpu0-01-unilab-default-baseline-1.3.2-tree.json.xz", results / "base")
     rewards = [row["reward"] for row in bench_report.read_run(Path(baseline))["rows_all"]
                if row.get("reward") is not None and row["step"] <= 500]
     expected = sum(rewards[-50:]) / 50
@@ -233,17 +233,17 @@ def test_a_ttr_study_at_unilab_defaults_takes_its_threshold_from_a_committed_unp
     report = time_to_reward.write_report(study, threshold_run=Path(baseline), threshold_iteration=500)
     assert report["threshold"] == pytest.approx(expected) and 4.0 < expected < 6.0
     assert (report["threshold_run"], report["threshold_iteration"]) == (
-        "base/c2-gpu0-01-unilab-default-baseline-1.3.2-tree.json.gz", 500)
+        "base/c2-gpu0-01-unilab-default-baseline-1.3.2-tree.json.xz", 500)
     rows = {r["arm"]: r for r in report["rows"]}
     assert set(rows) == {"patched-default", "upstream-1.4.0"} and all(r["iteration"] for r in rows.values())
     text = time_to_reward.table(study)
     assert text == (study / "ttr.md").read_text().strip() and "reward at iteration 500 of `base/" in text
 
     with pytest.raises(ValueError, match="not a completed baseline-1.3.2 run"):
-        time_to_reward.threshold_from_run(study / "runs" / "c2-gpu0-02-unilab-default-patched-default-tree.json.gz", 500)
+        time_to_reward.threshold_from_run(study / "runs" / "c2-gpu0-02-unilab-default-patched-default-tree.json.xz", 500)
     with pytest.raises(ValueError, match="fewer than 50 logged rewards"):
         time_to_reward.threshold_from_run(Path(baseline), 30)
-    shutil.copy(committed / "c1-gpu0-03-report-patched-default-2-1-1.json.gz", study / "runs")
+    shutil.copy(committed / "c1-gpu0-03-report-patched-default-2-1-1.json.xz", study / "runs")
     with pytest.raises(ValueError, match="unilab-default setting, some runs at report"):
         time_to_reward.write_report(study, threshold_run=Path(baseline), threshold_iteration=500)
 

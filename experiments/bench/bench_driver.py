@@ -30,6 +30,7 @@ from typing import Any
 import bench_configs
 import bench_env  # also puts scripts/ (the applier's patchset package) on sys.path
 from bench_env import BenchSetupError
+import run_files
 from bench_records import load_json_object
 from patchset.api import PatchsetError, extract_wheel_package, pinned_artifact
 
@@ -222,12 +223,12 @@ def ensure_record(output: Path, spec: RunSpec, schedule_label: str, code: int) -
     """A failed run that could not write its JSON still appears in the summary, as failed."""
     if output.exists():
         return
-    output.write_text(json.dumps({
+    run_files.write_run(output, {
         "status": "failed", "returncode": code, "config": spec.config, "setting": spec.setting, "backend": spec.sim,
         "collector": bench_configs.COLLECTORS[spec.collector].recorded,
         "training_config": {"schedule": schedule_label, "updates_per_step": spec.updates_per_step, "seed": spec.seed},
         "error": f"the single-run script exited {code} before writing its JSON (see the log above)",
-    }, indent=2) + "\n", encoding="utf-8")
+    })
 
 
 def retry_cold_reference(argv: Sequence[str], output: Path, progress: Progress, what: str) -> int:
@@ -246,7 +247,7 @@ def retry_cold_reference(argv: Sequence[str], output: Path, progress: Progress, 
     if record is not None:
         keep = ("status", "returncode", "timed_out", "wall_s", "error")
         record["earlier_attempts"] = [{key: first.get(key) for key in keep}]
-        output.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        run_files.write_run(output, record)
     return code
 
 

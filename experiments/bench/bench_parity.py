@@ -30,6 +30,7 @@ import bench_driver  # noqa: E402
 import bench_env  # noqa: E402
 import bench_report  # noqa: E402
 import parity_stats  # noqa: E402
+import run_files  # noqa: E402
 from bench_configs import CONFIGS, NEGATIVE_CONTROL, SETTINGS  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failures = 0
     for index, spec in enumerate(specs, 1):
         stem = f"{index:02d}-{spec.config}-seed{spec.seed}"
-        output = out / "runs" / f"{stem}.json"
+        output = out / "runs" / f"{stem}{run_files.STORED}"
         argv = bench_driver.single_run_argv(spec, common=common, output=output, run_dir=logs_root / stem)
         code = bench_driver.execute(argv, progress, f"{spec.config}, seed {spec.seed}")
         if code != 0 and CONFIGS[spec.config].reference == "upstream":

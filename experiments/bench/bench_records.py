@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import lzma
 import re
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,15 @@ import bench_configs
 import bench_env
 import compile_caches
 import physics_floor
+import run_files
 from bench_env import BenchSetupError
 
 
 def load_json_object(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path``, or None when it is missing, unreadable or not an object."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = run_files.read_json(path)
+    except (OSError, ValueError, lzma.LZMAError):
         return None
     return data if isinstance(data, dict) else None
 

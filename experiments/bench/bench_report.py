@@ -13,7 +13,6 @@ Called by ``bench_matrix`` and ``bench_parity`` after every run, by ``make bench
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import sys
@@ -26,24 +25,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_configs  # noqa: E402
 import bench_stats  # noqa: E402
+import run_files  # noqa: E402
 
 RUNS_SUBDIR = "runs"
 
 
 def read_run(path: Path) -> Any:
-    """One run JSON, plain or gzip-compressed (committed evidence is kept as ``.json.gz``: its rows are long)."""
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    """One run JSON in any stored form, as it was written (``run_files.read_json``, the one reader)."""
+    return run_files.read_json(path)
 
 
 def load_runs(folder: Path) -> list[dict[str, Any]]:
-    """Run JSONs under ``folder`` (and its runs/ subfolder), plain or ``.json.gz``, in file-name order."""
-    paths = [p for d in (folder, folder / RUNS_SUBDIR) for p in sorted([*d.glob("*.json"), *d.glob("*.json.gz")])]
+    """Run JSONs under ``folder`` (and its runs/ subfolder), in any stored form, in file-name order."""
+    paths = [p for d in (folder, folder / RUNS_SUBDIR) for p in run_files.json_files(d)]
     runs = []
     for path in paths:
         data = read_run(path)
         if isinstance(data, dict) and "training_config" in data:
-            data.setdefault("_file", path.name.removesuffix(".gz"))
+            data.setdefault("_file", run_files.logical_name(path))
             if "config" in data:  # runs committed before the whole-cycle graph had one name
                 data["config"] = bench_configs.canonical_name(str(data["config"]))
             if data.get("rows_all") and "wall_per_iter_ms" not in data:  # recorded before the wall field existed

@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import run_files  # noqa: E402
 from bench_configs import Schedule  # noqa: E402
 
 TITLE = "# The device-resident G1 Walk Flat env and collector on MuJoCo Warp"
 
 
 def _load(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
-    return [(path.stem, json.loads(path.read_text())) for path in sorted(paths)]
+    return [(run_files.logical_name(path).removesuffix(".json"), run_files.read_json(path)) for path in sorted(paths)]
 
 
 def env_step_table(records: list[tuple[str, dict[str, Any]]]) -> str:
@@ -271,7 +272,7 @@ def bench_lines(folder: Path) -> str:
 
     lines = []
     for sub in sorted(p for p in folder.glob("bench-*") if p.is_dir()):
-        runs = _load(list((sub / "runs").glob("*.json")))
+        runs = _load(run_files.json_files(sub / "runs"))
         completed = [run for _, run in runs if run["status"] == "completed"]
         lines += [f"### `{sub.name}`", ""]
         if completed:
@@ -297,7 +298,7 @@ def machine_line(records: list[tuple[str, dict[str, Any]]]) -> str:
 
 def render(folder: Path) -> str:
     env = _load(list((folder / "env-step").glob("*.json")))
-    trainings = _load(list((folder / "trainings").glob("*.json")))
+    trainings = _load(run_files.json_files(folder / "trainings"))
     notes = json.loads((folder / "notes.json").read_text())
     parts = [TITLE, "", notes["intro"], "", machine_line(env), "", "## The env step alone", "", notes["env_step"], "",
              env_step_table(env), "", determinism_lines(env), "", "## Training with the device collector", "",

@@ -53,6 +53,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import run_files  # noqa: E402  (the one reader of run files)
+
 ALGO = "flashsac"
 CONFIG_DIR = Path("src/unilab/conf/flashsac")
 
@@ -217,7 +220,7 @@ def checkpoint_facts(checkpoint: Path, run_config: Path | None) -> dict[str, Any
 
 def training_reward(run_json: Path, last: int) -> dict[str, Any]:
     """Training-time collector reward of the run (episode return with exploration, on its own simulator)."""
-    run = json.loads(run_json.read_text(encoding="utf-8"))
+    run = run_files.read_json(run_json)
     rewards = [float(r) for r in run.get("reward") or [] if r is not None]
     if not rewards:
         raise EvalError(f"{run_json} has no logged training reward")

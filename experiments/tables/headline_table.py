@@ -179,7 +179,7 @@ def _whole_run(folder: str) -> str | None:
     path = PROJECT / folder / "whole-run" / "whole-run.json"
     if not path.is_file():
         return None
-    run = json.loads(path.read_text())
+    run = bench_report.read_run(path)
     task = next((arg for arg in run["command"] if arg.startswith("task=")), "the task's default")
     return (f"UniLab's whole default run, `{task}` with no other overrides ({run['iterations_logged']} iterations, "
             f"exit {run['exit_code']}): first iteration {run['launch_to_first_iteration_s']:.1f} s after launch, "

@@ -91,7 +91,7 @@ def render(kind: str, folder: str, root: Path = PROJECT) -> str:
         if len(parts) > 1 and kind not in POOLED_FOLDER_TABLES:
             raise ValueError(f"a {kind} table reads one folder, not {folder}")
         for part in parts:
-            if not [*(root / part).glob("*.json"), *(root / part).glob("runs/*.json*")]:
+            if not [*(root / part).glob("*.json*"), *(root / part).glob("runs/*.json*")]:
                 raise ValueError(f"no JSON in {part}")
         paths = [root / part for part in parts]
         return FOLDER_TABLES[kind](paths[0] if len(paths) == 1 else paths) + "\n"

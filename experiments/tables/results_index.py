@@ -47,8 +47,8 @@ PACKAGES = ("torch", *headline_table.PACKAGES)
 
 
 def _records(folder: Path) -> Iterator[dict[str, Any]]:
-    """Every JSON object in the folder tree, plain or ``.json.gz``."""
-    for path in sorted([*folder.rglob("*.json"), *folder.rglob("*.json.gz")]):
+    """Every JSON object in the folder tree, in any stored form (``run_files``)."""
+    for path in bench_report.run_files.json_files(folder, recursive=True):
         data = bench_report.read_run(path)
         if isinstance(data, dict):
             yield data
