@@ -3,6 +3,8 @@
 #   make bench [QUICK=1] [UNILAB=<tree>] [PYTHON=<UniLab interpreter>] [ITERATIONS=1000] [SUMMARY_LAST=500]
 #              [SETTING=report|unilab-default|report,unilab-default] [SIM=mujoco|mjwarp|mujoco,mjwarp] [SCHEDULES=2,8] [CONFIGS=baseline-1.3.2,eager,...] [REPEATS=1] [UNILAB_ASSETS=<dir|.tar.xz>]
 #              [COLLECTOR=host|device|host,device]   (device: the device-resident collector, SIM=mjwarp runs only)
+#              [TASK=g1_walk_flat|g1_motion_tracking|go2_joystick_flat] [SYNTHETIC_CLIP=1]   (docs/tasks.md;
+#              UNILAB_ASSETS may join several sources with ':', e.g. the G1 and the Go2 archives)
 #              [APPLY=1] [SKIP_VERIFY=1] [TIMEOUT_S=<per run>]
 #              [MACHINE=h200] [STUDY=bench]   (the run's folder: results/<date>-<machine>-<study>/)
 #              [NO_CHECKS=1 | CHECK_NUMERICS='<cmd>' CHECK_REPLAY='<cmd>' | CHECKS_JSON=<file>] [BENCH_ARGS=...]
@@ -37,7 +39,8 @@ endif
 .PHONY: bench bench-parity bench-report
 
 bench:
-	$(BENCH_PY) experiments/bench/bench_matrix.py $(BENCH_COMMON) \
+	$(BENCH_PY) experiments/bench/bench_matrix.py $(BENCH_COMMON) $(if $(TASK),--task "$(TASK)") \
+	  $(if $(filter 1,$(SYNTHETIC_CLIP)),--synthetic-motion-clip) \
 	  $(if $(SUMMARY_LAST),--summary-last $(SUMMARY_LAST)) $(if $(SCHEDULES),--schedules $(SCHEDULES)) \
 	  $(if $(SETTING),--settings $(SETTING)) $(if $(SIM),--sims $(SIM)) $(if $(COLLECTOR),--collectors $(COLLECTOR)) \
 	  $(if $(CONFIGS),--configs $(CONFIGS)) $(if $(REPEATS),--repeats $(REPEATS)) $(if $(APPLY),--apply) \

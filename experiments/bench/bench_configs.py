@@ -350,12 +350,68 @@ COLLECTORS: dict[str, Collector] = {
 RECORDED_COLLECTORS: dict[str, Collector] = {c.recorded: c for c in COLLECTORS.values()}
 
 
-def refusal(config: str, sim: str, collector: str = "host") -> str | None:
-    """Why a configuration cannot run on this physics with this collector (one line), or None.
+@dataclass(frozen=True)
+class BenchTask:
+    """A FlashSAC task of UniLab 1.3.2 the bench trains (``make bench TASK=``): ``task=<name>/<sim>``.
+
+    ``sims``: the owners (``conf/flashsac/task/<name>/<sim>.yaml``) of the physics the bench runs; ``scene``: the
+    MuJoCo scene the task loads, relative to the tree's root (its meshes are checked before any run, its single-core
+    step cost is the CPU physics floor); ``device_env``: whether the tree has a device env for it (the
+    device-resident collector); ``motion_clip``: the clip the task tracks, relative to ``src/unilab/assets``.
+    """
+
+    name: str
+    label: str
+    robot: str
+    sims: tuple[str, ...]
+    scene: str
+    device_env: bool = False
+    motion_clip: str | None = None
+
+    @property
+    def study(self) -> str:
+        """The default <study> of its results folder: ``bench`` for G1 Walk Flat, ``bench-<task>`` otherwise, so
+        that runs of two tasks never share a folder (and never pool in one table)."""
+        return "bench" if self.name == DEFAULT_TASK else f"bench-{self.name.replace('_', '-')}"
+
+
+DEFAULT_TASK = "g1_walk_flat"
+G1_SCENE = "src/unilab/assets/robots/g1/scene_flat.xml"
+#: UniLab 1.3.2's FlashSAC tasks on the physics the bench runs (CPU MuJoCo, MuJoCo Warp).
+TASKS: dict[str, BenchTask] = {
+    t.name: t
+    for t in (
+        BenchTask("g1_walk_flat", "G1 Walk Flat", "G1", ("mujoco", "mjwarp"), G1_SCENE, device_env=True),
+        BenchTask("g1_motion_tracking", "G1 motion tracking", "G1", ("mujoco", "mjwarp"), G1_SCENE,
+                  motion_clip="motions/g1/dance1_subject2_part.npz"),
+        BenchTask("go2_joystick_flat", "Go2 joystick flat", "Go2", ("mujoco",), "src/unilab/assets/robots/go2/scene_flat.xml"),
+    )
+}
+
+
+def task_refusal(task: str, sim: str | None = None, collector: str = "host") -> str | None:
+    """Why the bench cannot train ``task`` on this physics with this collector (one line), or None."""
+    entry = TASKS.get(task)
+    if entry is None:
+        return f"unknown task {task!r}; known: {', '.join(TASKS)}"
+    if sim is not None and sim not in entry.sims:
+        return (f"task {task} has no {sim} owner in UniLab 1.3.2: it runs on {' or '.join(entry.sims)} "
+                f"(SIM={entry.sims[0]})")
+    if collector != "host" and not entry.device_env:
+        return (f"task {task} has no device env ({COLLECTOR_KEY}={collector}): it trains with the host collector "
+                f"(COLLECTOR=host)")
+    return None
+
+
+def refusal(config: str, sim: str, collector: str = "host", task: str = "g1_walk_flat") -> str | None:
+    """Why a configuration cannot run on this physics with this collector for this task (one line), or None.
 
     The references are what users have without us: the stock learner on the stock tree, stepping CPU MuJoCo
     with UniLab 1.3.2's only collector, the host one. An unknown configuration name is its caller's to refuse.
     """
+    reason = task_refusal(task, sim, collector)
+    if reason is not None:
+        return reason
     chosen, entry = COLLECTORS[collector], CONFIGS.get(config)
     reference = entry is not None and entry.reference is not None
     if reference and sim != "mujoco":

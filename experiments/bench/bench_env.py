@@ -26,6 +26,9 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(PROJECT_DIR / "scripts"))
 from patchset import api  # noqa: E402  (the applier's public API: pins, paths, status)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_configs  # noqa: E402  (the task table: scenes, motion clips)
+
 BENCH_DIR = Path(__file__).resolve().parent
 HOOK_DIR = BENCH_DIR / "hook"
 OVERLAY_DIR = PROJECT_DIR / "overlay"
@@ -203,9 +206,17 @@ def scene_asset_files(scene: Path) -> list[Path]:
     return files
 
 
-def missing_assets(unilab_root: Path) -> list[Path]:
-    """Referenced asset files absent from the tree (UniLab would try Hugging Face for them)."""
-    scene = unilab_root / G1_SCENE_REL
+def task_scene(task: str) -> Path:
+    """The MuJoCo scene of a bench task, relative to the tree's root (``bench_configs.TASKS``)."""
+    entry = bench_configs.TASKS.get(task)
+    if entry is None:
+        raise BenchSetupError(str(bench_configs.task_refusal(task)))
+    return Path(entry.scene)
+
+
+def missing_assets(unilab_root: Path, task: str = bench_configs.DEFAULT_TASK) -> list[Path]:
+    """Referenced asset files of the task's scene absent from the tree (UniLab would try Hugging Face for them)."""
+    scene = unilab_root / task_scene(task)
     if not scene.is_file():
         raise BenchSetupError(f"{scene} is missing: {unilab_root} is not a UniLab {PINS['UNILAB_VERSION']} tree")
     return [p for p in scene_asset_files(scene) if not p.is_file()]
@@ -247,17 +258,59 @@ def seed_assets(unilab_root: Path, source: Path) -> int:
     return written
 
 
-def ensure_assets(unilab_root: Path, source: Path | None) -> dict[str, Any]:
-    """Seed (if a source is given) and verify the G1 flat-scene assets; raises if incomplete."""
-    seeded = seed_assets(unilab_root, source) if source is not None else 0
-    missing = missing_assets(unilab_root)
+def asset_sources(source: Path | str | None) -> list[Path]:
+    """UNILAB_ASSETS / --assets: one folder or .tar.xz, or several joined by the path separator (``:``), e.g. the
+    G1 and the Go2 archives."""
+    return [Path(part) for part in str(source).split(os.pathsep) if part] if source else []
+
+
+def motion_clip(unilab_root: Path, task: str, synthesize: bool = False) -> dict[str, Any] | None:
+    """The motion clip a task tracks, as the run's record (path, sha256, whether synthetic), or None for a task
+    without one. UniLab downloads a missing clip from Hugging Face at the env's start; the bench refuses before
+    that in one line, or, with ``synthesize``, writes the synthetic clip (scripts/offline/motion_clip.py)."""
+    entry = bench_configs.TASKS[task]
+    if entry.motion_clip is None:
+        return None
+    from offline import motion_clip as generator  # scripts/ is on sys.path (above)
+
+    path = unilab_root / ASSETS_REL / entry.motion_clip
+    if not path.is_file() and synthesize:
+        try:
+            print(f"[bench] {generator.write_clip(path, unilab_root / task_scene(task))}", flush=True)
+        except generator.ClipError as exc:
+            raise BenchSetupError(str(exc)) from exc
+    if not path.is_file():
+        raise BenchSetupError(
+            f"the motion clip {path} of task {task} is missing (UniLab downloads it from Hugging Face at the env's "
+            f"start): fetch it there, or pass SYNTHETIC_CLIP=1 / --synthetic-motion-clip for the synthetic one")
+    import hashlib
+
+    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "synthetic": generator.is_synthetic(path)}
+
+
+def ensure_assets(unilab_root: Path, source: Path | str | None, task: str = bench_configs.DEFAULT_TASK,
+                  synthetic_clip: bool = False) -> dict[str, Any]:
+    """Seed (if sources are given) and verify the task scene's assets and motion clip; raises if incomplete."""
+    sources = asset_sources(source)
+    seeded = sum(seed_assets(unilab_root, one) for one in sources)
+    missing = missing_assets(unilab_root, task)
     if missing:
         shown = ", ".join(str(p.relative_to(unilab_root)) for p in missing[:3])
         raise BenchSetupError(
-            f"{len(missing)} G1 asset file(s) missing under {unilab_root / ASSETS_REL} "
-            f"(e.g. {shown}); pass UNILAB_ASSETS=<dir or .tar.xz> / --assets to seed them"
+            f"{len(missing)} {bench_configs.TASKS[task].robot} asset file(s) of task {task} missing under {unilab_root / ASSETS_REL} "
+            f"(e.g. {shown}); pass UNILAB_ASSETS=<dir or .tar.xz>[:<another>] / --assets to seed them"
         )
-    return {"seeded_files": seeded, "source": str(source) if source else None}
+    record: dict[str, Any] = {"seeded_files": seeded, "source": os.pathsep.join(map(str, sources)) or None}
+    if task != bench_configs.DEFAULT_TASK:
+        record["task"] = task
+        if bench_configs.TASKS[task].robot == "Go2":
+            record["note"] = ("Go2 meshes: base_4.obj is a visual-only placeholder (no collision, explicit "
+                              "inertia): the physics are the real model's")
+    clip = motion_clip(unilab_root, task, synthetic_clip)
+    if clip is not None:
+        record["motion_clip"] = clip
+    return record
 
 
 def require_unilab_root(root: Path) -> Path:

@@ -26,7 +26,6 @@ import bench_driver  # noqa: E402
 import bench_env  # noqa: E402
 import bench_records  # noqa: E402
 import bench_report  # noqa: E402
-import run_files  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 
 PROG = "bench_matrix"
@@ -47,6 +46,12 @@ def _csv(text: str) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--unilab-root", type=Path, default=Path(os.environ.get("UNILAB", bench_env.DEFAULT_UNILAB_ROOT)))
+    p.add_argument("--task", default=bench_configs.DEFAULT_TASK,
+                   help=f"the FlashSAC task every run trains (known: {', '.join(bench_configs.TASKS)}; default: "
+                        f"{bench_configs.DEFAULT_TASK}); at unilab-default its own task config decides")
+    p.add_argument("--synthetic-motion-clip", action="store_true",
+                   help="a task that tracks a motion clip: where a tree has none, write the synthetic one "
+                        "(scripts/offline/motion_clip.py), never over a clip that is there")
     p.add_argument("--iterations", type=int, help="default 1000 (QUICK: 60)")
     p.add_argument("--summary-last", type=int, help="default 500 (QUICK: 30)")
     p.add_argument("--settings", type=_csv, default=["report"],
@@ -71,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="<machine> of results/<date>-<machine>-<study>/ (default: the GPU model and, when the "
                         "invocation sees several, their number: h200, h200x2)")
     p.add_argument("--study", type=bench_driver.name_part(bench_driver.STUDY_NAME, "--study"), default="bench",
-                   help="<study> of results/<date>-<machine>-<study>/ (default: bench; QUICK adds -quick)")
+                   help="<study> of results/<date>-<machine>-<study>/ (default: bench; for a task other than "
+                        "g1_walk_flat bench-<task>, underscores as dashes; QUICK adds -quick)")
     p.add_argument("--assets", type=Path, default=Path(os.environ["UNILAB_ASSETS"]) if os.environ.get("UNILAB_ASSETS") else None)
     p.add_argument("--apply", action="store_true", help="run `make apply` before verifying the applied state")
     p.add_argument("--skip-verify", action="store_true",
@@ -91,15 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _triples(configs: Sequence[str], sims: Sequence[str], collectors: Sequence[str]) -> list[tuple[str, str, str]]:
+def _triples(configs: Sequence[str], sims: Sequence[str], collectors: Sequence[str],
+             task: str = bench_configs.DEFAULT_TASK) -> list[tuple[str, str, str]]:
     """(configuration, physics, collector) of one round, in order, without what the table refuses."""
     return [(c, sim, col) for c in configs for sim in sims for col in collectors
-            if bench_configs.refusal(c, sim, col) is None]
+            if bench_configs.refusal(c, sim, col, task) is None]
 
 
 def plan(
     configs: Sequence[str], settings: Sequence[str], repeats: int, schedules: Sequence[int] | None = None,
-    sims: Sequence[str] = ("mujoco",), collectors: Sequence[str] = ("host",),
+    sims: Sequence[str] = ("mujoco",), collectors: Sequence[str] = ("host",), task: str = bench_configs.DEFAULT_TASK,
 ) -> list[bench_driver.RunSpec]:
     """Alternating order: configurations × physics × collectors innermost, then schedule, then setting; reversed
     on odd rounds.
@@ -109,18 +116,20 @@ def plan(
     """
     runs: list[bench_driver.RunSpec] = []
     for round_index in range(repeats):
-        triples = _triples(configs, sims, collectors)
+        triples = _triples(configs, sims, collectors, task)
         order = triples if round_index % 2 == 0 else list(reversed(triples))
         for name in settings:
             setting = bench_configs.SETTINGS[name]
             chosen = setting.schedules if None in setting.schedules or schedules is None else tuple(schedules)
             for ups in chosen:
-                runs.extend(bench_driver.RunSpec(config=c, updates_per_step=ups, setting=name, sim=sim, collector=col)
+                runs.extend(bench_driver.RunSpec(config=c, updates_per_step=ups, setting=name, sim=sim, collector=col,
+                                                 extra=[] if task == bench_configs.DEFAULT_TASK else ["--task", task])
                             for c, sim, col in order)
     return runs
 
 
-def unplannable(configs: Sequence[str], sims: Sequence[str], collectors: Sequence[str]) -> str | None:
+def unplannable(configs: Sequence[str], sims: Sequence[str], collectors: Sequence[str],
+                task: str = bench_configs.DEFAULT_TASK) -> str | None:
     """Why a requested collector has no run at all in this invocation (one line), or None.
 
     A combination the table refuses is dropped quietly when the invocation runs it otherwise (the references
@@ -130,12 +139,22 @@ def unplannable(configs: Sequence[str], sims: Sequence[str], collectors: Sequenc
     unknown = [c for c in collectors if c not in bench_configs.COLLECTORS]
     if unknown:
         return f"unknown collector(s) {unknown}; known: {list(bench_configs.COLLECTORS)}"
+    reason = bench_configs.task_refusal(task)
+    if reason is not None:
+        return f"TASK={task}: {reason}"
+    without = [sim for sim in sims if bench_configs.task_refusal(task, sim) is not None]
+    if without:
+        return f"SIM={','.join(without)}: {bench_configs.task_refusal(task, without[0])}"
+    for collector in collectors:
+        reason = bench_configs.task_refusal(task, None, collector)
+        if reason is not None:
+            return f"COLLECTOR={collector}: {reason}"
     configs = [name for name in map(bench_configs.canonical_name, configs) if name in bench_configs.CONFIGS]
-    planned = {col for _, _, col in _triples(configs, sims, collectors)}
+    planned = {col for _, _, col in _triples(configs, sims, collectors, task)}
     ours = [c for c in configs if not bench_configs.CONFIGS[c].reference] or configs
     for collector in collectors:
         if collector not in planned and configs and sims:
-            reason = bench_configs.refusal(ours[0], sims[0], collector)
+            reason = bench_configs.refusal(ours[0], sims[0], collector, task)
             return f"COLLECTOR={collector} has no run with SIM={','.join(sims)}: {reason}"
     return None
 
@@ -185,19 +204,20 @@ def prepare(args: argparse.Namespace) -> tuple[dict, Path, list[str], Path | Non
         raise BenchSetupError(f"unknown physics {unknown}; known: {list(bench_env.SIMS)}")
     for sim in args.sims:
         bench_env.require_sim(sim)
-    bench_env.ensure_assets(root, args.assets)
+    bench_env.ensure_assets(root, args.assets, task=args.task, synthetic_clip=args.synthetic_motion_clip)
     keys = bench_env.flashsac_config_keys(root)
     for name in args.collectors:
         need = bench_configs.COLLECTORS[name].requires_key
         if need and need not in keys:
-            raise BenchSetupError(f"COLLECTOR={name} needs {need} in the tree's flashsac config (unilab 0006)")
+            raise BenchSetupError(f"COLLECTOR={name} needs {need} in the tree's flashsac config (unilab 0005)")
     configs = available_configs(args.configs, root)
     needs_baseline = any(bench_configs.CONFIGS[c].source == "baseline" for c in configs)
     baseline = bench_driver.prepare_baseline(args.baseline_uni_rl, args.baseline_wheel) if needs_baseline else None
     if any(bench_configs.CONFIGS[c].tree == "pristine" for c in configs):
         args.pristine_unilab_root = bench_env.require_unilab_root(
             args.pristine_unilab_root or bench_driver.prepare_pristine_tree())
-        bench_env.ensure_assets(args.pristine_unilab_root, args.assets)
+        bench_env.ensure_assets(args.pristine_unilab_root, args.assets, task=args.task,
+                                synthetic_clip=args.synthetic_motion_clip)
     return device, root, configs, baseline, state
 
 
@@ -231,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BenchSetupError("--check and --checks-json exclude each other")
         if args.checks_json is not None and bench_records.load_json_object(args.checks_json) is None:
             raise BenchSetupError(f"--checks-json {args.checks_json} is not a readable JSON object")
-        reason = unplannable(args.configs, args.sims, args.collectors)
+        reason = unplannable(args.configs, args.sims, args.collectors, args.task)
         if reason is not None:
             raise BenchSetupError(reason)
         device, root, configs, baseline, state = prepare(args)
@@ -239,8 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     cold = bench_driver.inductor_cache_empty()
+    study = bench_configs.TASKS[args.task].study if args.study == "bench" else args.study
     out = bench_driver.results_dir(args.results_root, args.machine or bench_driver.this_machine(device["gpu"]),
-                                   f"{args.study}-quick" if args.quick else args.study)
+                                   f"{study}-quick" if args.quick else study)
     logs_root = bench_env.PROJECT_DIR / "work" / "bench-logs" / out.name
     checks_json = None
     if checks:
@@ -250,9 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks_json = out / "checks.json"
         checks_json.write_text(args.checks_json.read_text(encoding="utf-8"), encoding="utf-8")
     common = common_args(args, root, baseline, checks_json)
-    specs = plan(configs, args.settings, args.repeats, args.schedules, args.sims, args.collectors)
+    specs = plan(configs, args.settings, args.repeats, args.schedules, args.sims, args.collectors, args.task)
     progress = bench_driver.Progress(total=len(specs))
-    notes = (f"Invocation: {len(specs)} runs ({', '.join(configs)}) × physics {args.sims} × collectors "
+    notes = (f"Task: {args.task} ({bench_configs.TASKS[args.task].label}). "
+             f"Invocation: {len(specs)} runs ({', '.join(configs)}) × physics {args.sims} × collectors "
              f"{args.collectors} × settings {args.settings}"
              f"{' × schedules ' + str(args.schedules) if args.schedules else ''}, "
              f"{args.repeats} round(s), alternating. References (1.3.2, 1.4.0) train on the pristine UniLab tree, "
@@ -267,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sim = "" if spec.sim == "mujoco" else f"-{spec.sim}"
         sim += "" if spec.collector == "host" else f"-{spec.collector}"
         stem = f"{index:02d}-{spec.setting}-{spec.config}{sim}-{schedule.replace('/', '-')}"
-        output = out / "runs" / f"{stem}{run_files.STORED}"
+        output = out / "runs" / f"{stem}.json"
         argv_run = bench_driver.single_run_argv(spec, common=common, output=output, run_dir=logs_root / stem)
         what = f"{spec.config} on {spec.sim}, {spec.collector} collector, setting {spec.setting}, schedule {schedule}"
         code = bench_driver.execute(argv_run, progress, what)

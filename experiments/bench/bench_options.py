@@ -19,7 +19,7 @@ from bench_env import BenchSetupError
 
 #: The command's name, in its usage line and in every error line it prints.
 PROG = "benchmark_flashsac_training"
-DESCRIPTION = "One real FlashSAC training run (UniLab, MuJoCo G1) with per-iteration learner timings."
+DESCRIPTION = "One real FlashSAC training run (UniLab, a FlashSAC task, G1 Walk Flat by default) with per-iteration learner timings."
 
 
 def _positive(text: str) -> int:
@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=bench_env.SIMS, default="mujoco",
                    help="physics of the collector: CPU MuJoCo (the task's own owner) or MuJoCo Warp on the GPU "
                         "(task g1_walk_flat/mjwarp)")
-    p.add_argument("--task", default="g1_walk_flat", help="FlashSAC task config group (default: g1_walk_flat)")
+    p.add_argument("--task", default=bench_configs.DEFAULT_TASK,
+                   help=f"FlashSAC task config group (known: {', '.join(bench_configs.TASKS)}; default: "
+                        f"{bench_configs.DEFAULT_TASK}); an unknown one is refused in one line")
     p.add_argument("--iterations", type=_positive, default=1000)
     p.add_argument("--summary-last", type=_positive, default=500,
                    help="statistics over the last N logged iterations (default: 500)")
@@ -89,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collector", choices=sorted(bench_configs.COLLECTORS), default="host",
                    help="who steps the env: host (a spawned collector process, the default) or device (the "
                         "device-resident collector in the learner's process; --backend mjwarp only)")
+    p.add_argument("--synthetic-motion-clip", action="store_true",
+                   help="a task that tracks a motion clip: where the tree has none, write the synthetic one "
+                        "(scripts/offline/motion_clip.py; never over a clip that is there); recorded in the run JSON")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tests only: without CUDA, the device collector on MuJoCo Warp's CPU device and the learner "
                         "on the CPU (UNISIM_MJWARP_ALLOW_CPU=1); exercises the harness, measures nothing")
@@ -169,7 +174,7 @@ def require_runnable(args: argparse.Namespace) -> None:
     """Refuse, in one line and before any device is touched, what cannot run: the table's rule, and a CPU
     smoke run of the host collector (its replay pipeline needs CUDA)."""
     name, _ = config_identity(args)
-    reason = bench_configs.refusal(name, args.backend, args.collector)
+    reason = bench_configs.refusal(name, args.backend, args.collector, args.task)
     if reason is None and args.cpu_smoke and args.collector == "host":
         reason = "--cpu-smoke runs the device collector only (--collector device): the host path needs CUDA"
     if reason is not None:

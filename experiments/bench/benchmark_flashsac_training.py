@@ -47,7 +47,6 @@ import bench_env  # noqa: E402
 import bench_stats  # noqa: E402
 import compile_caches  # noqa: E402
 import physics_floor  # noqa: E402
-import run_files  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 from bench_launcher import run_child  # noqa: E402
 from bench_learner import child_env, provenance_site, resolve_learner, source_matches  # noqa: E402
@@ -103,11 +102,12 @@ def run(args: argparse.Namespace) -> int:
     patched_root = bench_env.require_unilab_root(args.unilab_root)
     on_pristine = config is not None and config.tree == "pristine" and args.pristine_unilab_root is not None
     unilab_root = bench_env.require_unilab_root(args.pristine_unilab_root) if on_pristine else patched_root
-    assets = bench_env.ensure_assets(unilab_root, args.assets)
+    assets = bench_env.ensure_assets(unilab_root, args.assets, task=args.task,
+                                     synthetic_clip=args.synthetic_motion_clip)
     source, learner_path = resolve_learner(args)
     state = applied_state(args.require_applied, patched_root, args.overlay)
     # The CPU physics floor is a CPU MuJoCo figure: measured only for runs whose collector steps CPU MuJoCo.
-    step_cost = physics_floor.measure_step_cost(unilab_root / bench_env.G1_SCENE_REL) if args.backend == "mujoco" else None
+    step_cost = physics_floor.measure_step_cost(unilab_root / bench_env.task_scene(args.task)) if args.backend == "mujoco" else None
     checks = load_json_object(args.checks_json) if args.checks_json else None
     if args.checks_json and checks is None:
         raise BenchSetupError(f"--checks-json {args.checks_json} is not a readable JSON object")
@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     print_summary(payload)
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        run_files.write_run(args.output, payload)  # the compact form, compressed by the suffix (.json.xz)
+        args.output.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"[{PROG}] wrote {args.output} ({payload['status']})", flush=True)
     if payload["status"] != "completed":
         print(f"[{PROG}] run failed: {payload.get('error')}", file=sys.stderr)

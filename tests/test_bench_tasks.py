@@ -1,0 +1,187 @@
+"""`make bench TASK=<task>` on the CPU: the bench's Hydra overrides for each of UniLab 1.3.2's FlashSAC tasks.
+
+- For each task (`bench_configs.TASKS`), the matrix's plan hands the single-run script `--task`, and the overrides
+  that script composes, read through the patched tree's Hydra config (the patched default) and the pristine tree's
+  (the unpatched 1.3.2 and upstream 1.4.0 references), select the task's own owner on each physics it has, at the
+  report's setting (256 envs, 2/1/1) and at the task's own defaults (no overrides: its num_envs and schedule).
+  Control: the same plan without `--task` composes G1 Walk Flat, which the check catches.
+- An unknown task, a physics the task has no owner for and the device collector for a task without a device env
+  are each one line and exit 1 from `make bench`'s driver and the single-run script, before CUDA is looked for;
+  nothing is written.
+- The assets a task's scene needs are checked per task (the Go2 meshes for Go2, seeded from `A:B` sources), and a
+  motion tracking run without its clip is refused in one line, or given the synthetic clip when asked, which its
+  record then calls synthetic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import G1_ASSETS, GO2_ASSETS, PROJECT, make
+from forked_runs import ForkServer
+
+BENCH = PROJECT / "experiments" / "bench"
+sys.path.insert(0, str(BENCH))
+
+import bench_configs  # noqa: E402
+import bench_driver  # noqa: E402
+import bench_env  # noqa: E402
+import bench_matrix  # noqa: E402
+import bench_options  # noqa: E402
+
+READ = """
+import sys
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
+    cfg = compose("config", overrides=sys.argv[2:])
+print(cfg.training.task_name, cfg.training.sim_backend, cfg.algo.num_envs, cfg.algo.updates_per_step,
+      OmegaConf.select(cfg, "training.collector", default=None))
+"""
+#: task -> (training.task_name, the task's own num_envs and updates_per_step at unilab-default).
+EXPECTED = {"g1_walk_flat": ("G1WalkFlat", "4096", "8"), "g1_motion_tracking": ("G1MotionTrackingSAC", "2048", "4"),
+            "go2_joystick_flat": ("Go2JoystickFlat", "1024", "2")}
+CONFIGS = ["baseline-1.3.2", "patched-default", "upstream-1.4.0"]
+
+
+def _composer(root: Path) -> tuple[ForkServer, Callable[..., list[str]]]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    env["PYTHONPATH"] = str(root / "src")
+    server = ForkServer(("hydra", "omegaconf"), env=env, cwd=root, flags=("-W", "ignore"))
+
+    def read(*overrides: str) -> list[str]:
+        returncode, out, err = server.run(str(root / "src/unilab/conf/flashsac"), *overrides, code=READ, timeout=300)
+        assert returncode == 0, err[-3000:]
+        return out.strip().splitlines()[-1].split()
+
+    return server, read
+
+
+@pytest.fixture(scope="module")
+def composers(applied_session: tuple[Path, Path],
+              pristine_template: Path) -> Iterator[dict[str, Callable[..., list[str]]]]:
+    """The patched and the pristine tree's Hydra config, each composed with a run's overrides."""
+    patched, read_patched = _composer(applied_session[0])
+    pristine, read_pristine = _composer(pristine_template)
+    yield {"patched": read_patched, "pristine": read_pristine}
+    patched.close()
+    pristine.close()
+
+
+def run_overrides(spec: bench_driver.RunSpec) -> list[str]:
+    """What the single-run script composes for a planned run: its argv parsed as it parses it."""
+    argv = bench_driver.single_run_argv(spec, common=["--unilab-root", "/x"], output=Path("/o.json"), run_dir=Path("/r"))
+    args = bench_options.parse_args(argv[2:])
+    return [o for o in bench_options.hydra_overrides(args, Path("/logs")) if not o.startswith("training.log_dir=")]
+
+
+def composed_plan(composers: dict[str, Callable[..., list[str]]], task: str,
+                  plan_task: str | None = None) -> list[tuple[str, str, str, list[str]]]:
+    """(setting, configuration, physics, what the run's tree composes) for every run of the task's plan."""
+    sims = list(bench_configs.TASKS[task].sims)
+    specs = bench_matrix.plan(CONFIGS, ["report", "unilab-default"], 1, [2], sims, ["host"], plan_task or task)
+    out = []
+    for spec in specs:
+        tree = bench_configs.CONFIGS[spec.config].tree
+        out.append((spec.setting, spec.config, spec.sim, composers[tree](*run_overrides(spec))))
+    return out
+
+
+def check_task(task: str, composed: list[tuple[str, str, str, list[str]]]) -> None:
+    name, envs, ups = EXPECTED[task]
+    sims = bench_configs.TASKS[task].sims
+    # The references run on CPU MuJoCo only; the patched default on each physics the task has.
+    expected_runs = [(c, s) for c in CONFIGS for s in sims if s == "mujoco" or c == "patched-default"]
+    assert sorted((c, s) for setting, c, s, _ in composed if setting == "report") == sorted(expected_runs)
+    for setting, config, sim, (task_name, backend, num_envs, updates, collector) in composed:
+        assert (task_name, backend) == (name, sim), (task, setting, config)
+        assert (num_envs, updates) == (("256", "2") if setting == "report" else (envs, ups)), (task, setting, config)
+        assert collector == ("host" if bench_configs.CONFIGS[config].tree == "patched" else "None"), (task, config)
+
+
+@pytest.mark.parametrize("task", sorted(bench_configs.TASKS))
+def test_the_bench_composes_each_tasks_owner_on_both_trees(composers: dict[str, Callable[..., list[str]]],
+                                                           task: str) -> None:
+    check_task(task, composed_plan(composers, task))
+
+
+def test_a_plan_without_the_task_is_caught(composers: dict[str, Callable[..., list[str]]]) -> None:
+    """Control: the same plan with the task left out composes G1 Walk Flat, and the check fails."""
+    with pytest.raises(AssertionError):
+        check_task("go2_joystick_flat", composed_plan(composers, "go2_joystick_flat", plan_task="g1_walk_flat"))
+
+
+def _one_line(proc: subprocess.CompletedProcess, prog: str) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and proc.stdout == "", (proc.stdout, proc.stderr)
+    assert lines[0].startswith(f"{prog}: error: "), lines[0]
+    return lines[0]
+
+
+def test_unknown_task_and_impossible_runs_are_one_line_before_cuda(tmp_path: Path) -> None:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    results = tmp_path / "results"
+
+    def matrix(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(BENCH / "bench_matrix.py"), "--results-root", str(results),
+                               "--configs", "patched-default", *argv], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    line = _one_line(matrix("--task", "g1_walking"), "bench_matrix")
+    assert line.endswith("TASK=g1_walking: unknown task 'g1_walking'; known: g1_walk_flat, g1_motion_tracking, "
+                         "go2_joystick_flat")
+    assert "go2_joystick_flat has no mjwarp owner" in _one_line(matrix("--task", "go2_joystick_flat", "--sims",
+                                                                       "mujoco,mjwarp"), "bench_matrix")
+    assert "g1_motion_tracking has no device env" in _one_line(
+        matrix("--task", "g1_motion_tracking", "--sims", "mjwarp", "--collectors", "device"), "bench_matrix")
+    assert not results.exists()
+    single = BENCH / "benchmark_flashsac_training.py"
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, str(single), "--task", "g1_walking", "--output", str(out)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "unknown task 'g1_walking'" in _one_line(proc, "benchmark_flashsac_training") and not out.exists()
+    # Control: a known task passes the refusals and reaches the CUDA check (this machine has none).
+    proc = matrix("--task", "go2_joystick_flat")
+    assert "CUDA is required" in _one_line(proc, "bench_matrix")
+    # make bench TASK= reaches the same line (make adds its own about the failed recipe).
+    proc = make("bench", "TASK=g1_walking", "CONFIGS=patched-default", "NO_CHECKS=1", CUDA_VISIBLE_DEVICES="")
+    assert proc.returncode != 0
+    assert "bench_matrix: error: TASK=g1_walking: unknown task 'g1_walking'" in proc.stderr.splitlines()[0]
+
+
+def test_each_tasks_results_folder_is_its_own() -> None:
+    assert {t: e.study for t, e in bench_configs.TASKS.items()} == {
+        "g1_walk_flat": "bench", "g1_motion_tracking": "bench-g1-motion-tracking",
+        "go2_joystick_flat": "bench-go2-joystick-flat"}
+    assert all(bench_driver.STUDY_NAME.fullmatch(e.study) for e in bench_configs.TASKS.values())
+
+
+def test_the_assets_and_the_clip_are_checked_per_task(pristine_template: Path, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(pristine_template, tree, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    bench_env.ensure_assets(tree, G1_ASSETS)
+    assert bench_env.missing_assets(tree, "g1_walk_flat") == []
+    go2 = bench_env.missing_assets(tree, "go2_joystick_flat")  # control: the G1 archive lacks the Go2 meshes
+    assert go2 and all("robots/go2/assets" in str(p) for p in go2)
+    with pytest.raises(bench_env.BenchSetupError, match="Go2 asset file"):
+        bench_env.ensure_assets(tree, None, task="go2_joystick_flat")
+    record = bench_env.ensure_assets(tree, f"{G1_ASSETS}{os.pathsep}{GO2_ASSETS}", task="go2_joystick_flat")
+    assert record["seeded_files"] == len(go2) and "base_4.obj is a visual-only placeholder" in record["note"]
+    with pytest.raises(bench_env.BenchSetupError, match="motion clip .* is missing") as refused:
+        bench_env.ensure_assets(tree, None, task="g1_motion_tracking")
+    assert "\n" not in str(refused.value)
+    record = bench_env.ensure_assets(tree, None, task="g1_motion_tracking", synthetic_clip=True)
+    clip = record["motion_clip"]
+    assert clip["synthetic"] is True and clip["path"].endswith("motions/g1/dance1_subject2_part.npz")
+    before = Path(clip["path"]).read_bytes()
+    assert bench_env.ensure_assets(tree, None, task="g1_motion_tracking", synthetic_clip=True)["motion_clip"] == clip
+    assert Path(clip["path"]).read_bytes() == before
+    assert json.dumps(record)  # the run JSON takes it as it is
