@@ -26,6 +26,7 @@ import bench_driver  # noqa: E402
 import bench_env  # noqa: E402
 import bench_records  # noqa: E402
 import bench_report  # noqa: E402
+import run_files  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 
 PROG = "bench_matrix"
@@ -289,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sim = "" if spec.sim == "mujoco" else f"-{spec.sim}"
         sim += "" if spec.collector == "host" else f"-{spec.collector}"
         stem = f"{index:02d}-{spec.setting}-{spec.config}{sim}-{schedule.replace('/', '-')}"
-        output = out / "runs" / f"{stem}.json"
+        output = out / "runs" / f"{stem}{run_files.STORED}"
         argv_run = bench_driver.single_run_argv(spec, common=common, output=output, run_dir=logs_root / stem)
         what = f"{spec.config} on {spec.sim}, {spec.collector} collector, setting {spec.setting}, schedule {schedule}"
         code = bench_driver.execute(argv_run, progress, what)

@@ -47,6 +47,7 @@ import bench_env  # noqa: E402
 import bench_stats  # noqa: E402
 import compile_caches  # noqa: E402
 import physics_floor  # noqa: E402
+import run_files  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 from bench_launcher import run_child  # noqa: E402
 from bench_learner import child_env, provenance_site, resolve_learner, source_matches  # noqa: E402
@@ -241,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     print_summary(payload)
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        run_files.write_run(args.output, payload)  # the compact form, compressed by the suffix (.json.xz)
         print(f"[{PROG}] wrote {args.output} ({payload['status']})", flush=True)
     if payload["status"] != "completed":
         print(f"[{PROG}] run failed: {payload.get('error')}", file=sys.stderr)
