@@ -339,7 +339,7 @@ def _rows(table: str, needle: str) -> list[str]:
 def test_the_report_keeps_collectors_apart(device_run: dict) -> None:
     """A committed host-collector MJWarp run and the real device run in one column (test input: the device run,
     made at 16 envs, is put in the report's 2/1/1 column; its figures are its own)."""
-    host = [bench_report.read_run(p) for p in sorted(HOST_RUNS.glob("r-0[12]-*.json.gz"))]
+    host = [bench_report.read_run(p) for p in sorted(HOST_RUNS.glob("r-0[12]-*.json.xz"))]
     assert [(r["backend"], r["setting"], r["training_config"]["schedule"]) for r in host] == [
         ("mujoco", "report", "2/1/1"), ("mjwarp", "report", "2/1/1")]
     device = copy.deepcopy(device_run)
