@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 OVERLAY_DIR = Path(__file__).resolve().parent
-WATCHED = ("uni_rl", "unilab", "unisim")
-# the packages `make apply` builds here (scripts/patchset/targets.py); the overlay's MANIFEST.json names them too
-OVERLAY_PACKAGES = ("uni_rl", "unisim")
+WATCHED = ("uni_rl", "unilab", "unisim", "flashsac_runtime")
+# the packages `make apply` builds here (scripts/patchset/targets.py: OVERLAY_DIRS); the overlay's MANIFEST.json
+# names them too
+OVERLAY_PACKAGES = ("uni_rl", "unisim", "flashsac_runtime")
 DISTRIBUTIONS = ("unilab", "unilab-rl", "unisim-core", "torch", "mujoco")
 STATE_FILE = Path(".flashsac-overlay") / "state.json"
 

@@ -44,14 +44,14 @@ import torch
 
 from collector_profile import action_sequence, build_env
 from device_env_adapter import NumpyEnvAsDeviceEnv
-from uni_rl.algos.common.update_schedule import iteration_update_schedule, run_scheduled_update, slice_batch
+from flashsac_runtime.learner.update_schedule import iteration_update_schedule, run_scheduled_update, slice_batch
 from uni_rl.algos.flash_sac.learner import FlashSACLearner
 from uni_rl.ipc.replay_buffer import ReplayBuffer
 from uni_rl.ipc.replay_pipelines.gpu_resident import GPUResidentReplayPipeline, _ring_spans
 from uni_rl.logging import OffPolicyLogger
-from uni_rl.offpolicy import device_runner
-from uni_rl.offpolicy.device_env import DeviceStep
-from uni_rl.offpolicy.device_replay import DeviceReplayRing
+from flashsac_runtime.collector import runner as device_runner
+from flashsac_runtime.collector.device_env import DeviceStep
+from flashsac_runtime.collector.replay_ring import DeviceReplayRing
 from uni_rl.offpolicy.runner import update_reward_stats_from_replay
 from uni_rl.utils.final_observation import resolve_terminal_observation_contract
 from uni_rl.utils.observations import split_obs_dict

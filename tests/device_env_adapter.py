@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from uni_rl.offpolicy.device_env import DeviceStep
+from flashsac_runtime.collector.device_env import DeviceStep
 from uni_rl.utils.observations import split_obs_dict
 
 #: Set by a test to a step index: the first done row from that step on returns a NaN in its final observation

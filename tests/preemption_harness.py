@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Stop, kill and resume checks of a training run (uni_rl 0011, unilab 0007), one mode per run; prints one JSON.
+"""Stop, kill and resume checks of a training run (uni_rl 0011, unilab 0006), one mode per run; prints one JSON.
 
 Run from an applied UniLab tree's root (G1 meshes unpacked) with the overlay, the tree's `src`, `experiments/evidence/`, `experiments/profile/`
 and `tests/` on `PYTHONPATH`. Modes:
@@ -58,7 +58,7 @@ def _mjwarp_env(num_envs: int, seed: int) -> Any:
 
 def _runner(env: Any, *, resume_from: str | None = None) -> Any:
     from device_collector_harness import small_learner
-    from uni_rl.offpolicy.device_runner import DeviceCollectorRunner
+    from flashsac_runtime.collector.runner import DeviceCollectorRunner
 
     learner = small_learner(env, finite_guard=True)
     runner = DeviceCollectorRunner(learner=learner, env=env, env_name="G1WalkFlat", algo_type="flashsac",
@@ -71,7 +71,7 @@ def _runner(env: Any, *, resume_from: str | None = None) -> Any:
 
 
 def mode_resume_bitwise(args: argparse.Namespace) -> dict:
-    from uni_rl.offpolicy.preemption import STATE_KEY, TrainingInterrupted, read_checkpoint
+    from flashsac_runtime.preemption import STATE_KEY, TrainingInterrupted, read_checkpoint
 
     n, k, envs = args.iterations, args.stop_at, args.num_envs
     logs = Path(args.log_dir)
@@ -85,7 +85,7 @@ def mode_resume_bitwise(args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     env = _mjwarp_env(envs, 1)
     runner = _runner(env)
-    from uni_rl.offpolicy.device_replay import DeviceReplayRing
+    from flashsac_runtime.collector.replay_ring import DeviceReplayRing
 
     sample = DeviceReplayRing.sample_large_batch
 
@@ -150,7 +150,7 @@ def mode_host_collector(args: argparse.Namespace) -> dict:
     from uni_rl.ipc.inference_slot import SharedInferenceSlot
     from uni_rl.ipc.replay_buffer import ReplayBuffer
     from uni_rl.logging import OffPolicyLogger
-    from uni_rl.offpolicy import preemption
+    from flashsac_runtime import preemption
     from uni_rl.offpolicy.double_buffer_runner import DoubleBufferOffPolicyRunner
     from uni_rl.offpolicy.runner import OffPolicyRunner
     from uni_rl.offpolicy.worker import off_policy_collector_fn

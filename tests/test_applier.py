@@ -14,7 +14,7 @@ from pathlib import Path
 
 import git
 import pytest
-from conftest import CONFIG, PROJECT, Runner, patchset_env, tree_hashes
+from conftest import CONFIG, PROJECT, Runner, patchset, patchset_env, tree_hashes
 from patchset.errors import LockedError
 from patchset.locks import DirLocks
 
@@ -48,13 +48,46 @@ def test_round_trip_is_byte_identical(checkout: Path, overlay: Path, run_patchse
     files = state["files"]["unilab"]
     assert CONFIG in files
     expected = {(" M " if files[rel]["pre"] else "?? ") + rel for rel in files}
-    assert any(line.startswith("?? ") for line in expected)  # the series adds files to the tree
     status = git.Repo(checkout).git.status("--porcelain", "--untracked-files=all").splitlines()
     assert sorted(status) == sorted(expected)
     reverted = run_patchset("revert", "--unilab", str(checkout))
     assert reverted.returncode == 0, reverted.stderr
     assert tree_hashes(checkout) == before
     assert tree_hashes(overlay) == overlay_before
+
+
+def test_the_own_package_is_placed_recorded_and_kept_current(checkout: Path, overlay: Path, tmp_path: Path) -> None:
+    """runtime/flashsac_runtime lands in the overlay beside the patched packages, every file recorded like theirs:
+    an edit there blocks the revert until forced, and an apply over an overlay built from another runtime/ is one
+    line that changes nothing. Run from a copy of the project, whose runtime/ the test may change."""
+    project = tmp_path / "project"
+    for name in ("scripts", "patches", "runtime"):
+        shutil.copytree(PROJECT / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(PROJECT / "VERSIONS.env", project / "VERSIONS.env")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return patchset(overlay, *args, "--unilab", str(checkout), env={"PYTHONPATH": str(project / "scripts")})
+
+    assert run("apply").returncode == 0
+    manifest = json.loads((overlay / "MANIFEST.json").read_text())
+    own = {str(p.relative_to(project / "runtime")): hashlib.sha256(p.read_bytes()).hexdigest()
+           for p in (project / "runtime").rglob("*.py")}
+    assert own and {rel: manifest["files"][rel] for rel in own} == own
+    assert set(tree_hashes(overlay / "flashsac_runtime")) == {rel.split("/", 1)[1] for rel in own}
+    placed = overlay / "flashsac_runtime" / "staged_read.py"
+    built = placed.read_bytes()
+    placed.write_bytes(built + b"# mine\n")
+    line = one_line_error(run("revert"))
+    assert "flashsac_runtime:flashsac_runtime/staged_read.py" in line and "--force" in line
+    placed.write_bytes(built)
+    state = (checkout / ".flashsac-overlay" / "state.json").read_bytes()
+    source = project / "runtime" / "flashsac_runtime" / "staged_read.py"
+    source.write_bytes(source.read_bytes() + b"# changed\n")
+    line = one_line_error(run("apply"))
+    assert line.endswith("'revert', then 'apply' places it again") and "runtime/ changed since" in line
+    assert (checkout / ".flashsac-overlay" / "state.json").read_bytes() == state and placed.read_bytes() == built
+    assert run("revert").returncode == 0 and not (overlay / "flashsac_runtime").exists()
+    assert run("apply").returncode == 0 and placed.read_bytes() == source.read_bytes()
 
 
 def test_series_applies_with_git_too(checkout: Path) -> None:

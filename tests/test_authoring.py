@@ -21,7 +21,7 @@ from conftest import PROJECT, patchset_env, tree_hashes
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
            "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost"}
 LEARNER = "uni_rl/uni_rl/algos/flash_sac/learner.py"
-DEFERRED = "uni_rl/uni_rl/algos/common/deferred_metrics.py"
+RUNNER = "uni_rl/uni_rl/offpolicy/double_buffer_runner.py"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -85,8 +85,8 @@ def test_changed_commit_changes_exactly_that_patch(work: tuple[Path, Path]) -> N
     subjects = git(repo, "log", "--reverse", "--format=%H %s").splitlines()
     sha, name = next(line.split() for line in subjects if "uni_rl/0004-" in line)
     git(repo, "checkout", "-q", "-b", "edit", sha)
-    path = repo / DEFERRED
-    path.write_text(path.read_text().replace("read once per runner iteration.", "read once per iteration.", 1))
+    path = repo / RUNNER
+    path.write_text(path.read_text().replace("this single read\n", "this one read\n", 1))
     commit_all(repo, "--amend", "--no-edit")
     rest = [line.split()[0] for line in subjects[subjects.index(f"{sha} {name}") + 1:]]
     git(repo, "cherry-pick", "--allow-empty", *rest)
@@ -95,7 +95,7 @@ def test_changed_commit_changes_exactly_that_patch(work: tuple[Path, Path]) -> N
     after = tree_hashes(patches)
     changed = sorted(k for k in before if before[k] != after[k])
     assert changed == ["MANIFEST.json", name], changed
-    assert '+"""Per-update learner metrics kept on the device and read once per iteration.' in (patches / name).read_text()
+    assert "on the device; the stream is synchronized above, so this one read\n" in (patches / name).read_text()
 
 
 def test_new_commit_becomes_a_new_patch_in_the_series(work: tuple[Path, Path]) -> None:

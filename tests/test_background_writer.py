@@ -1,6 +1,6 @@
 """The loggers' TensorBoard scalars are written by a helper process (uni_rl 0012), and the files say the same.
 
-``uni_rl.logging.background_writer.BackgroundScalarWriter`` sends each step's ``add_scalar`` calls to a spawned
+``flashsac_runtime.background_writer.BackgroundScalarWriter`` sends each step's ``add_scalar`` calls to a spawned
 process that makes them; the event file must hold exactly what a plain ``SummaryWriter`` given the same calls
 holds (tags, values, steps, in order), an error of the process must reach the caller, and the process must not
 outlive a trainer killed with SIGKILL. Run in a fresh process with the applied overlay first on the path.
@@ -24,7 +24,7 @@ SCRIPT = r'''
 import json, sys
 from torch.utils.tensorboard import SummaryWriter
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-from uni_rl.logging.background_writer import BackgroundScalarWriter
+from flashsac_runtime.background_writer import BackgroundScalarWriter
 from pathlib import Path
 
 root, mode = Path(sys.argv[1]), sys.argv[2]

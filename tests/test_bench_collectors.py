@@ -118,11 +118,11 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
         composed: Callable[..., str]) -> None:
     overrides = _overrides("--backend", "mjwarp", "--collector", "device")
     assert "training.collector=device" in overrides and "task=g1_walk_flat/mjwarp" in overrides
-    assert _resolve(composed, overrides) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
-    # The patched tree's MJWarp owner trains with the device collector by default (unilab 0006), so the bench
+    assert _resolve(composed, overrides) == ["device", "mjwarp", "256", "flashsac_runtime.envs:make_g1_walk_device_env"]
+    # The patched tree's MJWarp owner trains with the device collector by default (unilab 0005), so the bench
     # names the collector of every run on the patched tree; the pristine tree has no key (references: none).
     default = [o for o in _overrides("--backend", "mjwarp") if not o.startswith(bench_configs.COLLECTOR_KEY)]
-    assert _resolve(composed, default) == ["device", "mjwarp", "256", "unilab.envs.device:make_g1_walk_device_env"]
+    assert _resolve(composed, default) == ["device", "mjwarp", "256", "flashsac_runtime.envs:make_g1_walk_device_env"]
     host = _overrides("--backend", "mjwarp")
     assert f"{bench_configs.COLLECTOR_KEY}=host" in host
     assert _resolve(composed, host) == ["host", "mjwarp", "256", "None"]

@@ -1,4 +1,4 @@
-"""Training starts on the eager path and compiles behind (uni_rl 0014, unilab 0008), on the CPU.
+"""Training starts on the eager path and compiles behind (uni_rl 0014, unilab 0007), on the CPU.
 
 - The learner's swap: a learner trained three iterations on its deferred (eager) path, swapped to its
   compiled paths through the runner's warm-up and trained on, ends bitwise where the uncompiled learner
@@ -41,7 +41,7 @@ SWAP = """
 import torch._dynamo
 from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
 import uni_rl.algos.flash_sac.learner as learner_module
-from uni_rl.algos.common.update_schedule import iteration_update_schedule
+from flashsac_runtime.learner.update_schedule import iteration_update_schedule
 
 learner_module.get_torch_compile_for_cuda = lambda device, warn=False: (
     lambda fn, options=None, **kwargs: torch.compile(fn, backend="eager", **kwargs))
@@ -106,7 +106,7 @@ import warnings
 import torch._dynamo
 from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
 import uni_rl.algos.flash_sac.learner as learner_module
-from uni_rl.algos.common.update_schedule import iteration_update_schedule
+from flashsac_runtime.learner.update_schedule import iteration_update_schedule
 
 learner_module.get_torch_compile_for_cuda = lambda device, warn=False: (
     lambda fn, options=None, **kwargs: torch.compile(fn, backend="eager", **kwargs))
@@ -182,7 +182,7 @@ def test_the_helper_batches_have_the_runners_layout(patched_uni_rl_root: Path) -
         patched_uni_rl_root,
         """
         import pickle
-        from uni_rl.offpolicy.compile_behind import layout_of, zeros_like_layout
+        from flashsac_runtime.learner.compile_behind import layout_of, zeros_like_layout
 
         packed = torch.randn(64, 40)
         views = {"obs": packed[:, 0:12], "actions": packed[:, 12:16], "rewards": packed[:, 16],
@@ -206,7 +206,7 @@ def test_the_helper_batches_have_the_runners_layout(patched_uni_rl_root: Path) -
 # which a write of a value the process already has turns from "none" into "ieee".
 RECORD_SETS = """
 import torch
-import uni_rl.offpolicy.compile_behind as cb
+import flashsac_runtime.learner.compile_behind as cb
 sets = []
 
 class Recording:
@@ -237,7 +237,7 @@ def test_the_helper_takes_the_runners_numerics_setting_only_what_differs(patched
     every key differ and the swap compiled again). Control: the former helper, which wrote every switch."""
     tf32_runner = run_snippet(patched_uni_rl_root, """
         import torch
-        import uni_rl.offpolicy.compile_behind as cb
+        import flashsac_runtime.learner.compile_behind as cb
         torch.set_float32_matmul_precision("high")
         torch.backends.cudnn.allow_tf32 = False
         print(json.dumps(cb._numerics()))

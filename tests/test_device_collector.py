@@ -1,4 +1,4 @@
-"""The device-resident collector (`training.collector=device`; uni_rl 0010, unilab 0005-0006) on the CPU.
+"""The device-resident collector (`training.collector=device`; uni_rl 0010, unilab 0005, flashsac_runtime.collector and .envs) on the CPU.
 
 No fake env: UniLab's real G1 Walk Flat env on CPU MuJoCo, from the tree the real applier patched, behind the
 `DeviceVecEnv` contract through a thin adapter (`tests/device_env_adapter.py`, CPU tensors). Each check runs in
@@ -176,7 +176,7 @@ def test_hydra_cli_trains_and_the_host_path_loads_its_checkpoint(tree: tuple[Pat
 OVERLAP = """
 import json, time
 import torch
-from uni_rl.offpolicy.iteration_clock import IterationClock, overlap_ms
+from flashsac_runtime.collector.iteration_clock import IterationClock, overlap_ms
 clock = IterationClock(torch.device("cpu"))
 clock.start(); time.sleep(0.01); clock.lap("env_step"); time.sleep(0.02); clock.lap("learner")
 laps = clock.take()
@@ -213,10 +213,10 @@ def _trained_on_mjwarp(ran: tuple[subprocess.CompletedProcess, Path]) -> dict:
 
 
 def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
-    """The real device env (unilab 0005) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
+    """The real device env (flashsac_runtime.envs) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
     device, the task's own factory with the run's env override. The run records the form of the env's step it ran
     (the tree's defaults: its work around the physics as Warp kernels, its reset only on a step with a done row,
-    unilab 0005; no CUDA graph on the CPU)."""
+    flashsac_runtime.envs; no CUDA graph on the CPU)."""
     summary = _trained_on_mjwarp(ran)
     assert summary["runtime_manifest"]["device_env"] == {
         "step_graph": "off", "stream": "none", "sensors": "position_velocity", "draws_ahead": "true",

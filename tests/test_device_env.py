@@ -1,4 +1,4 @@
-"""The device-resident G1 Walk Flat env (unilab patch: ``unilab.envs.device``) is the task of UniLab 1.3.2.
+"""The device-resident G1 Walk Flat env (unilab patch: ``flashsac_runtime.envs``) is the task of UniLab 1.3.2.
 
 Every check runs ``experiments/evidence/device_env_check.py`` in a process of its own from the applied tree, on MuJoCo
 Warp's CPU device (unisim's opt-in) and torch CPU tensors: the device runtime itself, not only its pieces. Each
@@ -85,7 +85,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, 
 #: What the checks import after their top level (the env's backend, MuJoCo Warp, the task): the fork server
 #: imports them once.
 LATE_IMPORTS = ("mujoco_warp", "unisim.backend.mjwarp.backend", "unilab.tasks.locomotion.g1.manager_terms",
-                "unilab.envs.device")
+                "flashsac_runtime.envs")
 
 
 def check(checks: ForkServer, *args: str) -> tuple[int, dict, str]:
@@ -371,7 +371,7 @@ def test_the_step_split_puts_each_parts_time_where_it_is_spent(checks: SideBySid
     for part, grown in split["grew_ms"].items():
         assert grown[part] >= 0.8 * split["delay_ms"], (part, grown)
         assert all(abs(value) < 0.3 * split["delay_ms"] for other, value in grown.items() if other != part), grown
-    assert split["cuda_build"] == {"module": "unilab.envs.device.step_stamps", "arch": 90, "cubin": True,
+    assert split["cuda_build"] == {"module": "flashsac_runtime.envs.step_stamps", "arch": 90, "cubin": True,
                                    "reads_globaltimer": True}, split["cuda_build"]
     # Control: the physics' stamp before the physics: the physics' delay lands in the terms.
     assert rc_control == 1 and not control["holds"], (control, err_control[-3000:])

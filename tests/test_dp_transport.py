@@ -18,7 +18,7 @@ from conftest import PROJECT
 
 SNIPPET = r"""
 import json, os
-from uni_rl.ipc import dp_transport as t
+from flashsac_runtime import dp_transport as t
 
 def peers(denied=()):
     asked = []

@@ -280,10 +280,11 @@ def test_an_overlay_no_checkout_uses_is_refused_with_what_to_delete(checkout: Pa
     manifest = json.loads(manifest_file.read_text())
     manifest_file.write_text(json.dumps({**manifest, "owners": [], "files": {**manifest["files"], "uni_rl/x.py": "0"}}))
     proc = run_patchset("apply", "--unilab", str(checkout))
-    one_line(proc, f"holds an overlay of another series; no checkout uses it: delete {overlay / 'uni_rl'}, "
-                   f"{overlay / 'unisim'}, {manifest_file}, or choose another OVERLAY=")
-    shutil.rmtree(overlay / "uni_rl")
-    shutil.rmtree(overlay / "unisim")
+    one_line(proc, f"holds an overlay of another series or runtime/; no checkout uses it: delete "
+                   f"{overlay / 'uni_rl'}, {overlay / 'unisim'}, {overlay / 'flashsac_runtime'}, {manifest_file}, "
+                   "or choose another OVERLAY=")
+    for package in ("uni_rl", "unisim", "flashsac_runtime"):
+        shutil.rmtree(overlay / package)
     one_line(run_patchset("apply", "--unilab", str(checkout)), f"{manifest_file} remains but its packages are "
                                                                f"missing; no checkout uses it: delete {manifest_file},")
 

@@ -27,8 +27,7 @@ def test_series_patches_the_learner_files(
 ) -> None:
     pristine = pristine_uni_rl_root / "uni_rl"
     patched = patched_uni_rl_root / "uni_rl"
-    assert not (pristine / "algos/common/deferred_metrics.py").exists()
-    assert (patched / "algos/common/deferred_metrics.py").is_file()
+    assert (patched_uni_rl_root / "flashsac_runtime/learner/deferred_metrics.py").is_file()  # placed beside it
     for rel in (
         "algos/flash_sac/learner.py",
         "algos/flash_sac/update.py",
@@ -147,7 +146,7 @@ def test_metrics_buffer_semantics(patched_uni_rl_root: Path) -> None:
         patched_uni_rl_root,
         """
         import statistics
-        from uni_rl.algos.common.deferred_metrics import DeferredMetricsBuffer
+        from flashsac_runtime.learner.deferred_metrics import DeferredMetricsBuffer
         buf = DeferredMetricsBuffer({"critic": ("loss", "std"), "actor": ("a",)}, "cpu", capacity=2)
         empty = buf.read()
         source = torch.tensor(1.5)
@@ -542,7 +541,8 @@ def test_warm_up_compiles_with_a_wide_pool_then_restores_the_budget(patched_uni_
         import torch._inductor.config as inductor_config
         from torch._inductor import async_compile
         from uni_rl.algos.common.compile import wide_compile_pool
-        from uni_rl.offpolicy import device_runner, double_buffer_runner
+        from uni_rl.offpolicy import double_buffer_runner
+        from flashsac_runtime.collector import runner as device_runner
         inductor_config.compile_threads = 1  # what the thread budget sets on a 16-core machine
         with wide_compile_pool(2) as inside_workers:
             inside = inductor_config.compile_threads
@@ -751,11 +751,11 @@ def test_full_objective_compile_matches_eager_on_cpu(
 
 
 def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_root: Path) -> None:
-    """``aligned_products`` (uni_rl 0018): the networks' products on zero-padded aligned widths (the prelude's
+    """``aligned_products`` (uni_rl 0017): the networks' products on zero-padded aligned widths (the prelude's
     learner has unaligned ones: 12 observations, 4 actions, a critic input of 20, 101 atoms). From the same state,
     the same batch and the same seed, a critic and an actor update with every layer padded (the layers' own switch,
     which pads on any device) give every parameter and optimizer state within 1e-6 of the learner without it (the
-    sums' order may differ), with the same shapes. The learner's switch pads only on CUDA (uni_rl 0018): on this
+    sums' order may differ), with the same shapes. The learner's switch pads only on CUDA (uni_rl 0017): on this
     CPU it keeps the requested value, pads no layer, and its update is bitwise the learner without it, as is the
     switch off. Control: padding with ones instead of zeros moves them far beyond that."""
     result = run_snippet(
@@ -811,7 +811,7 @@ def test_aligned_products_keep_each_update_within_float_rounding(patched_uni_rl_
 
 @pytest.mark.parametrize("switch", ["combo_kernels"])
 def test_inductor_switches_reach_every_function_the_learner_compiles(patched_uni_rl_root: Path, switch: str) -> None:
-    """``combo_kernels`` (uni_rl 0019) adds the Inductor option of its name to every function the learner
+    """``combo_kernels`` (uni_rl 0018) adds the Inductor option of its name to every function the learner
     compiles and changes nothing else of the compile: the learner's CUDA-only compile gate is lifted with a
     compile that records its arguments and compiles nothing. Control: the switch off passes the same calls
     without the option."""

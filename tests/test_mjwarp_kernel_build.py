@@ -104,8 +104,8 @@ def test_a_malformed_switch_is_one_clear_error(runs: SideBySide, request: pytest
 
 
 def _kernel_build_module(overlay: Path) -> Any:
-    """The overlay's unisim kernel_build, imported alone (it imports no Warp at module level)."""
-    path = overlay / "unisim" / "backend" / "mjwarp" / "kernel_build.py"
+    """The overlay's kernel_build, imported alone (it imports no Warp at module level)."""
+    path = overlay / "flashsac_runtime" / "mjwarp" / "kernel_build.py"
     spec = importlib.util.spec_from_file_location("kernel_build_under_test", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -28,7 +28,7 @@ from collector_profile import compare_trajectories  # noqa: E402
 
 CHECK = PROJECT / "experiments" / "evidence" / "mjwarp_scratch_check.py"
 HARNESS = PROJECT / "experiments" / "profile" / "collector_profile.py"
-ROW_COMMIT = Path("unisim/backend/mjwarp/row_commit.py")
+ROW_COMMIT = Path("flashsac_runtime/mjwarp/row_commit.py")
 SCATTER_LINE = "target[rows[row], column] = source[row, column]"
 #: Steps of the G1 trajectory: the first row-route resets come after about 28 steps of random actions.
 STEPS = 45

@@ -39,7 +39,6 @@ from patchset.trees import read_file
 SERIES = load_series(PATCHES_DIR)
 NORMALIZATION = "uni_rl/algos/common/normalization.py"
 LEARNER = "uni_rl/algos/flash_sac/learner.py"
-DEFERRED = "uni_rl/algos/common/deferred_metrics.py"
 OFFLINE_INDEX = "http://127.0.0.1:9/simple"  # nothing listens on the discard port
 
 
@@ -125,14 +124,13 @@ def test_one_hunk_taken_is_told_apart() -> None:
 
 def test_tampered_targets() -> None:
     """A changed removed line conflicts; a line added on top shifts a file (applies at offset); a missing
-    file is missing; a file we create that exists with other content conflicts. The rest still applies."""
+    file is missing. The rest still applies."""
     base = ReleaseTree(base_release(PROJECTS["unilab-rl"])).read
     old = b"batch_count_t = torch.as_tensor(batch_count, device=self.count.device).to("
     assert old in base(NORMALIZATION)
     tampered = {
         NORMALIZATION: base(NORMALIZATION).replace(old, old.replace(b"as_tensor", b"tensor")),
         LEARNER: b"# an upstream line on top\n" + base(LEARNER),
-        DEFERRED: b"other = 1\n",
     }
     results = verdicts(classify("uni_rl", pinned_uni_rl(tampered)))
     by_file: dict[str, set[str]] = {}
@@ -140,7 +138,6 @@ def test_tampered_targets() -> None:
         by_file.setdefault(path, set()).add(verdict)
     assert by_file.pop(NORMALIZATION) == {CONFLICTS}
     assert by_file.pop(LEARNER) == {OFFSET}
-    assert by_file.pop(DEFERRED) == {CONFLICTS}  # created by uni_rl 0004, extended by 0005: both conflict
     assert set().union(*by_file.values()) == {APPLIES}
 
     missing = verdicts(classify("uni_rl", pinned_uni_rl({NORMALIZATION: None})))

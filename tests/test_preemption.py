@@ -1,4 +1,4 @@
-"""A training run survives its own faults (uni_rl 0011, unilab 0007) on the CPU: real processes, real signals.
+"""A training run survives its own faults (uni_rl 0011, unilab 0006) on the CPU: real processes, real signals.
 
 UniLab's real G1 Walk Flat env in every check (CPU MuJoCo behind the test adapter, MuJoCo Warp on Warp's CPU
 device, the host path's real collector process); each check has a negative control that must fail:
@@ -261,7 +261,7 @@ def test_a_killed_learner_takes_the_collector_with_it(tree: tuple[Path, Path], t
 
 _CUT_SHORT = r"""
 import os, signal, sys, time
-from uni_rl.offpolicy import preemption
+from flashsac_runtime import preemption
 
 
 class SecondSignal:
@@ -302,7 +302,7 @@ def test_the_training_state_of_a_resume_is_read_on_the_host(patched_uni_rl_root:
         f"""
         import random
         import numpy as np
-        from uni_rl.offpolicy import preemption
+        from flashsac_runtime import preemption
 
         l = learner()
         torch.manual_seed(5); np.random.seed(5); random.seed(5)

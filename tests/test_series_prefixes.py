@@ -11,12 +11,15 @@ detaches the temperature, must not).
 tests/data/series-3acca94a9d68.json records the fully applied trees of the series the curated one replaced
 (83 patches in the order they were written): the curated series must give exactly those trees, every file of
 every target, but for the texts the record lists (comments that named patches by their old numbers, and the
-switches removed since because they measured no gain, each as the text the series has now and the text it had),
-and dropping any one of its patches must not.
+switches removed since because they measured no gain, each as the text the series has now and the text it had)
+and the modules it added that are now the project's own package (runtime/flashsac_runtime, placed into the
+overlay: each put back at its old path with its old import lines must be the recorded file); dropping any one of
+its patches, or changing a line of the own package, must not.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -28,7 +31,7 @@ import pytest
 
 from conftest import PROJECT
 from series_images import applied_files, applied_trees, tree_digest
-from patchset.overlay import build
+from patchset.overlay import build, own_files
 from patchset.scratch import pristine_trees
 from patchset.series import load_series
 
@@ -65,7 +68,7 @@ for root in roots:
                         "uni_rl.offpolicy.double_buffer_runner", "uni_rl.algos.common.normalization",
                         "unisim.backend.mujoco.backend"):
                 importlib.import_module(mod)
-            for extra in ("uni_rl.algos.common.deferred_metrics", "uni_rl.algos.common.update_schedule"):
+            for extra in ("flashsac_runtime.learner.deferred_metrics", "flashsac_runtime.learner.update_schedule"):
                 if os.path.exists(os.path.join(root, *extra.split(".")) + ".py"):
                     importlib.import_module(extra)
             import hashlib, inspect
@@ -156,10 +159,12 @@ def test_every_prefix_applies_imports_and_trains_on_cpu(tmp_path: Path, trees: d
     assert not digests & set(lines[str(negative)].split()[1:-1]), proc.stdout
 
 
-def _as_recorded(patches: list, trees: dict) -> tuple[dict, dict]:
+def _as_recorded(patches: list, trees: dict, runtime: dict | None = None) -> tuple[dict, dict]:
     """The applied trees of ``patches`` with the record's differences put back as they were (each amended text
-    replaced by the recorded text, each removed file restored), and per target the files whose content differs
-    from the record's post-images."""
+    replaced by the recorded text, each removed file restored, each module moved into the project's own package
+    put back at its old path with its old import lines), and per target the files whose content differs from the
+    record's post-images. runtime: the own package's files (overlay-relative), by default as runtime/ holds them."""
+    runtime = own_files() if runtime is None else runtime
     got, differing = {}, {}
     for target, (files, post) in applied_files(patches, trees).items():
         files = dict(files)
@@ -171,6 +176,13 @@ def _as_recorded(patches: list, trees: dict) -> tuple[dict, dict]:
             files[rel] = (text.encode(), files[rel][1])
         for rel, text in RECORD["removed_files"].get(target, {}).items():
             assert rel not in files, (target, rel)
+            files[rel] = (text.encode(), 0o644)
+        for rel, entry in RECORD["moved"].get(target, {}).items():
+            assert rel not in files, (target, rel)
+            text = runtime[entry["to"]][0].decode()
+            for new, old in entry["amended"]:
+                assert text.count(new) == 1, (entry["to"], new)
+                text = text.replace(new, old)
             files[rel] = (text.encode(), 0o644)
         before = RECORD["applied"][target]["post"]
         differing[target] = sorted(rel for rel in set(before) | set(post) if before.get(rel) != post.get(rel))
@@ -184,9 +196,35 @@ def test_curated_series_builds_the_trees_of_the_series_it_replaced(trees: dict) 
     got, differing = _as_recorded(series.patches, trees)
     # The post-images differ in exactly the amended and removed files, and with their recorded texts put back every
     # target's whole tree (every file, touched or not: path, mode and bytes) is the recorded one.
-    assert differing == {t: sorted({*RECORD["amended"].get(t, {}), *RECORD["removed_files"].get(t, {})})
-                         for t in differing}
+    assert differing == {t: sorted({*RECORD["amended"].get(t, {}), *RECORD["removed_files"].get(t, {}),
+                                    *RECORD["moved"].get(t, {})}) for t in differing}
     assert got == {t: RECORD["applied"][t]["tree_sha256"] for t in got}
+
+
+def test_the_own_package_is_the_moved_modules_and_docstrings() -> None:
+    """runtime/flashsac_runtime holds exactly the modules the record lists as moved, and package files that are
+    only a docstring: no code reaches the overlay that the sameness check above did not compare."""
+    moved = {entry["to"] for entries in RECORD["moved"].values() for entry in entries.values()}
+    for rel, (data, _) in own_files().items():
+        if rel in moved:
+            continue
+        tree = ast.parse(data)
+        assert rel.endswith("__init__.py") and len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) \
+            and isinstance(tree.body[0].value, ast.Constant), f"{rel} is neither a moved module nor a docstring"
+    assert moved <= set(own_files())
+
+
+def test_the_sameness_record_catches_a_changed_own_module(trees: dict) -> None:
+    """Negative control: one changed line in a module of the own package is not the recorded trees."""
+    runtime = dict(own_files())
+    rel = "flashsac_runtime/learner/update_schedule.py"
+    data, mode = runtime[rel]
+    assert data.count(b"import functools") == 1
+    runtime[rel] = (data.replace(b"import functools", b"import functools  # changed"), mode)
+    got, _ = _as_recorded(load_series(PROJECT / "patches").patches, trees, runtime)
+    assert got["uni_rl"] != RECORD["applied"]["uni_rl"]["tree_sha256"]
+    assert {t: got[t] for t in ("unilab", "unisim")} == {t: RECORD["applied"][t]["tree_sha256"]
+                                                         for t in ("unilab", "unisim")}
 
 
 def test_the_sameness_record_catches_a_missing_patch(trees: dict) -> None:

@@ -94,7 +94,7 @@ def test_each_task_gets_the_learner_and_its_collector(patched: tuple[list[str], 
         assert learner_switches_of(cfg["params"]) == LEARNER_DEFAULTS, owner
         if owner == DEVICE_OWNER:
             assert cfg["collector"] == "device", owner
-            assert cfg["device"] == "unilab.envs.device:make_g1_walk_device_env", owner
+            assert cfg["device"] == "flashsac_runtime.envs:make_g1_walk_device_env", owner
         else:
             assert cfg["collector"] == "host", owner
             # A task without a device env: one line naming it, never a silent fallback to the host collector.

@@ -67,7 +67,8 @@ def test_provenance_from_overlay_unisim_and_its_controls(checkout: Path, overlay
     proc = run_patchset("provenance", "--unilab", str(checkout), "--json")
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
-    assert record["package_origins"] == {"uni_rl": "overlay", "unisim": "overlay"} and not record["flagged"]
+    assert record["package_origins"] == {"uni_rl": "overlay", "unisim": "overlay", "flashsac_runtime": "overlay"}
+    assert not record["flagged"]
     backend = next(m for m in record["modules"] if m["name"] == "unisim.backend.mujoco.backend")
     assert backend["origin"] == "overlay" and backend["expected_sha256"] == manifest_entry(BACKEND)["post"]
     assert backend["matches"] is True

@@ -62,14 +62,14 @@ def test_warm_up_compiles_every_frame_once(patched_uni_rl_root: Path) -> None:
     warm-up makes that frame compile again, with its guard named; and one compiled statistics
     restore serving the critic and the actor step (the warm-up before the fix) compiles twice
     in the warm-up itself, on the guard that failed on the GPU host (``len(saved) == ...``).
-    The run's record of the compiles (``uni_rl.offpolicy.compile_record``) reads the same.
+    The run's record of the compiles (``flashsac_runtime.learner.compile_record``) reads the same.
     """
     result = run_snippet(
         patched_uni_rl_root,
         COUNT
         + textwrap.dedent(
             """
-        from uni_rl.offpolicy.compile_record import frame_compiles, now_us
+        from flashsac_runtime.learner.compile_record import frame_compiles, now_us
 
         since = now_us()
         l = warmed_up()

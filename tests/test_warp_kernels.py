@@ -38,18 +38,24 @@ from offline.build import WarpKernels, _applied_tree  # noqa: E402
 H200_LOG = (PROJECT / "results" / "2026-12-04-h200-warp-kernel-cache" / "cubin"
             / "fresh-report-compile-behind-cubin-seeded.log.gz")
 SCRATCH_BROADPHASE = "wp__nxn_broadphase__locals__kernel_cad8873c_cad8873"
-#: The fused step's kernel factories (unilab 0005's ``fused_step``), in launch order; the first is the step's.
+#: The fused step's kernel factories (flashsac_runtime.envs's ``fused_step``), in launch order; the first is the step's.
 FUSED = ("_step_kernel", "_count_kernel", "_curriculum_kernel", "_reset_first_kernel", "_reset_state_kernel",
          "_reset_observe_kernel")
 FUSED_STEP = FUSED[0]
-#: The env step's timestamp kernel's module (unilab 0005).
-STAMPS = "unilab.envs.device.step_stamps"
+#: The env step's timestamp kernel's module (flashsac_runtime.envs).
+STAMPS = "flashsac_runtime.envs.step_stamps"
+
+
+#: Modules the H200 run loaded under the name they had then: the row-wise reset's kernels, the same source (and
+#: so the same hash) now in the project's own package.
+RENAMED = {"unisim.backend.mjwarp.row_commit": "flashsac_runtime.mjwarp.row_commit"}
 
 
 def h200_modules() -> set[str]:
-    """The Warp module folders the H200 run loaded (``Module <name> <hash> load on device ...``)."""
+    """The Warp module folders the H200 run loaded (``Module <name> <hash> load on device ...``), by today's names."""
     text = gzip.decompress(H200_LOG.read_bytes()).decode()
-    return {f"wp_{name}_{digest}" for name, digest in re.findall(r"^Module (\S+) ([0-9a-f]{7}) load on device", text, re.M)}
+    return {f"wp_{RENAMED.get(name, name)}_{digest}"
+            for name, digest in re.findall(r"^Module (\S+) ([0-9a-f]{7}) load on device", text, re.M)}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +65,7 @@ def planned(applied_session: tuple[Path, Path], tmp_path_factory: pytest.TempPat
     tree, overlay = applied_session
     cpu_cache = warp_kernels.cache_dir(sys.executable)[1]
     out = {}
-    for worlds, only in ((256, "unisim."), (4096, FUSED_STEP)):
+    for worlds, only in ((256, "flashsac_runtime.mjwarp."), (4096, FUSED_STEP)):
         dest = tmp_path_factory.mktemp(f"warp-kernels-{worlds}")
         out[worlds] = (warp_kernels.build(dest, tree, overlay, G1_ASSETS, worlds=(worlds,), archs=(90,), jobs=1,
                                           only=only, cpu_cache=cpu_cache), dest)
@@ -78,7 +84,7 @@ def test_the_plan_is_what_an_h200_loads(planned: dict[int, tuple[dict, Path]]) -
 def test_a_module_compiled_ahead_lands_where_warp_looks(planned: dict[int, tuple[dict, Path]]) -> None:
     record, dest = planned[256]
     compiled = [entry for entry in record["modules"] if "files" in entry]
-    assert compiled and {entry["module"] for entry in compiled} == {"unisim.backend.mjwarp.row_commit"}
+    assert compiled and {entry["module"] for entry in compiled} == {"flashsac_runtime.mjwarp.row_commit"}
     assert_lands_where_warp_looks(record, dest, compiled)
 
 
@@ -112,7 +118,7 @@ def test_the_fused_steps_kernels_are_planned_at_each_env_count(planned: dict[int
 
 
 def test_the_step_stamps_kernel_is_planned_once(planned: dict[int, tuple[dict, Path]]) -> None:
-    """The env step's timestamp kernel (unilab 0005, on by default) is built ahead too: one module, the same at
+    """The env step's timestamp kernel (flashsac_runtime.envs, on by default) is built ahead too: one module, the same at
     every world count (it holds no count)."""
     ids = [[entry["id"] for entry in planned[worlds][0]["modules"] if entry["module"] == STAMPS]
            for worlds in (256, 4096)]

@@ -157,7 +157,7 @@ def test_cpu_falls_back_once_and_equals_the_per_update_path_bitwise(
         + textwrap.dedent(
             f"""
         import warnings
-        from uni_rl.algos.common.update_schedule import iteration_update_schedule
+        from flashsac_runtime.learner.update_schedule import iteration_update_schedule
 
         ups, pf, size = 4, 2, 16
         switches = dict(finite_guard=True, deferred_metrics={deferred},
@@ -217,7 +217,7 @@ def test_graph_body_run_eagerly_equals_the_per_update_path_bitwise(
         BASELINE_LOOP
         + textwrap.dedent(
             f"""
-        from uni_rl.algos.common.update_schedule import iteration_update_schedule
+        from flashsac_runtime.learner.update_schedule import iteration_update_schedule
         from uni_rl.algos.flash_sac.learner import whole_cycle_graph_key
 
         ups, pf, size = {updates_per_step}, 2, 8
@@ -275,7 +275,7 @@ def test_schedule_equals_the_runner_loop(patched_uni_rl_root: Path, updates_per_
         BASELINE_LOOP
         + textwrap.dedent(
             f"""
-        from uni_rl.algos.common.update_schedule import batch_slice, iteration_update_schedule
+        from flashsac_runtime.learner.update_schedule import batch_slice, iteration_update_schedule
         ups, pf, size = {updates_per_step}, 2, 32
         ours = []
         for u in iteration_update_schedule(ups, pf):
@@ -329,7 +329,7 @@ def test_staged_learning_rates_equal_the_per_update_rates(
     result = run_snippet(
         patched_uni_rl_root,
         f"""
-        from uni_rl.algos.common.update_schedule import iteration_update_schedule, run_scheduled_update, slice_batch
+        from flashsac_runtime.learner.update_schedule import iteration_update_schedule, run_scheduled_update, slice_batch
         ups, pf, size = {updates_per_step}, 2, 8
         l = learner(learning_rate_init=1e-5, learning_rate_warmup_steps=7, learning_rate_decay_steps=20)
         schedule = iteration_update_schedule(ups, pf)
@@ -366,7 +366,7 @@ def test_graph_key_changes_with_shape_dtype_and_schedule(patched_uni_rl_root: Pa
         patched_uni_rl_root,
         """
         from uni_rl.algos.flash_sac.learner import whole_cycle_graph_key
-        from uni_rl.algos.common.update_schedule import iteration_update_schedule
+        from flashsac_runtime.learner.update_schedule import iteration_update_schedule
         s22, s82, s84 = (iteration_update_schedule(u, p) for u, p in ((2, 2), (8, 2), (8, 4)))
         base = batch(0, 64)
         key = whole_cycle_graph_key(base, 32, s22)
@@ -394,7 +394,7 @@ def test_deferred_rows_append_as_per_update_records(patched_uni_rl_root: Path) -
     result = run_snippet(
         patched_uni_rl_root,
         """
-        from uni_rl.algos.common.deferred_metrics import DeferredMetricsBuffer
+        from flashsac_runtime.learner.deferred_metrics import DeferredMetricsBuffer
         groups = {"critic": ("a", "b"), "actor": ("c",)}
         rows = torch.tensor([[1.0, 2.0], [3.0, 5.0], [7.0, 11.0]])
         one, many = (DeferredMetricsBuffer(groups, torch.device("cpu"), capacity=2) for _ in range(2))

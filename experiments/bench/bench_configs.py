@@ -40,28 +40,28 @@ ALGO_PARAMS = "algo.algo_params"
 WHOLE_CYCLE_GRAPH_KEY = f"{ALGO_PARAMS}.use_whole_cycle_cuda_graph"
 #: The patched config's switch for the collector's inference through a CUDA graph (uni_rl 0006).
 INFERENCE_GRAPH_KEY = f"{ALGO_PARAMS}.use_cuda_graph_inference"
-#: The patched config's matrix products on zero-padded aligned widths (uni_rl 0018, unilab 0001).
+#: The patched config's matrix products on zero-padded aligned widths (uni_rl 0017, unilab 0001).
 ALIGNED_PRODUCTS_KEY = f"{ALGO_PARAMS}.aligned_products"
-#: The patched config's Inductor combo kernels in the learner's compiled functions (uni_rl 0019, unilab 0001).
+#: The patched config's Inductor combo kernels in the learner's compiled functions (uni_rl 0018, unilab 0001).
 COMBO_KERNELS_KEY = f"{ALGO_PARAMS}.combo_kernels"
-#: The patched config's choice of who steps the env (unilab 0006): ``host`` or ``device``.
+#: The patched config's choice of who steps the env (unilab 0005): ``host`` or ``device``.
 COLLECTOR_KEY = "training.collector"
-#: The patched config's start on the eager path while a helper process compiles (unilab 0008:
+#: The patched config's start on the eager path while a helper process compiles (unilab 0007:
 #: ``auto``, the default, is on with one rank on a CUDA device).
 COMPILE_BEHIND_KEY = "training.compile_behind"
-#: The patched config's stream of the device env (unilab 0005): ``own`` (non-blocking) or ``warp``.
+#: The patched config's stream of the device env (flashsac_runtime.envs): ``own`` (non-blocking) or ``warp``.
 DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
-#: The patched config's physics sensors of the device env (unilab 0005): ``last_substep`` or ``every_substep``.
+#: The patched config's physics sensors of the device env (flashsac_runtime.envs): ``last_substep`` or ``every_substep``.
 DEVICE_ENV_SENSORS_KEY = "training.device_env_sensors"
-#: The patched config's draws of the device env taken a step ahead, beside the step (unilab 0005): true or false.
+#: The patched config's draws of the device env taken a step ahead, beside the step (flashsac_runtime.envs): true or false.
 DEVICE_ENV_DRAWS_AHEAD_KEY = "training.device_env_draws_ahead"
-#: The patched config's form of the device env's work between the physics and the reset (unilab 0005): ``torch``
-#: or ``fused`` (the default, with its reset only on a step with a done row, unilab 0005).
+#: The patched config's form of the device env's work between the physics and the reset (flashsac_runtime.envs): ``torch``
+#: or ``fused`` (the default, with its reset only on a step with a done row, flashsac_runtime.envs).
 DEVICE_ENV_TERMS_KEY = "training.device_env_terms"
 DEVICE_ENV_STEP_SPLIT_KEY = "training.device_env_step_split"
-#: The patched config's read-back of the device collector (unilab 0006): an iteration behind, or at its end.
+#: The patched config's read-back of the device collector (unilab 0005): an iteration behind, or at its end.
 HOST_AHEAD_KEY = "training.collector_host_ahead"
-#: The patched config's start of the device env step beside the learner (unilab 0006): after the action, or
+#: The patched config's start of the device env step beside the learner (unilab 0005): after the action, or
 #: after the batch gather.
 ENV_STEP_EARLY_KEY = "training.collector_env_step_early"
 
@@ -183,8 +183,8 @@ CONFIGS: dict[str, BenchConfig] = {
                     "physics substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
                     training=(("device_env_sensors", "every_substep"),), collectors=("device",),
                     notes="MuJoCo Warp's step computes every stage's sensors in each substep (the step before "
-                          "unilab 0005); the default computes the position and velocity sensors in the last "
-                          "substep only (unilab 0005), with bitwise the same values of every sensor the env reads: "
+                          "flashsac_runtime.envs); the default computes the position and velocity sensors in the last "
+                          "substep only (flashsac_runtime.envs), with bitwise the same values of every sensor the env reads: "
                           "compare with patched-default for what the skipped sensor kernels gain"),
         BenchConfig("device-env-acceleration-sensors", "patched defaults + the device env's acceleration-stage "
                     "sensors in the last substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
@@ -208,20 +208,20 @@ CONFIGS: dict[str, BenchConfig] = {
                     collectors=("device",),
                     notes="the env step's terminations, rewards, command, observations and reset of the done rows "
                           "as about 240 torch operations, the reset on every step, also without a done row; "
-                          "the default does that work as six Warp kernels (unilab 0005) "
+                          "the default does that work as six Warp kernels (flashsac_runtime.envs) "
                           "and resets only on a step with a done row, a conditional node of the step's CUDA graph "
-                          "(unilab 0005), with the same values within float32 rounding: compare with "
+                          "(flashsac_runtime.envs), with the same values within float32 rounding: compare with "
                           "patched-default for what both gain"),
         BenchConfig("device-env-no-step-split", "patched defaults without the device env's timestamps of its "
                     "step's parts", "overlay", (), requires_key=DEVICE_ENV_STEP_SPLIT_KEY,
                     training=(("device_env_step_split", "false"),), collectors=("device",),
-                    notes="no one-thread stamp kernels in the env step (four per step, unilab 0005), so no split of "
+                    notes="no one-thread stamp kernels in the env step (four per step, flashsac_runtime.envs), so no split of "
                           "the env step into physics, terms and reset in the run JSON: compare with patched-default "
                           "for what the stamps cost"),
         BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
                     "overlay", (("aligned_products", True),), requires_key=ALIGNED_PRODUCTS_KEY,
                     notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "
-                          "of 8 (uni_rl 0018: the same math, sums in another order), set explicitly: the tree's "
+                          "of 8 (uni_rl 0017: the same math, sums in another order), set explicitly: the tree's "
                           "default (unilab 0001), named for the numerics study's learner switch and the runs "
                           "made before it was the default"),
         BenchConfig("no-aligned-products", "patched defaults without the networks' matrix products on aligned widths",
@@ -230,7 +230,7 @@ CONFIGS: dict[str, BenchConfig] = {
                           "them): compare with patched-default for what cuBLAS's aligned kernels gain"),
         BenchConfig("combo-kernels", "patched defaults + Inductor's combo kernels in the learner",
                     "overlay", (("combo_kernels", True),), requires_key=COMBO_KERNELS_KEY,
-                    notes="every function the learner compiles with Inductor's combo kernels (uni_rl 0019: "
+                    notes="every function the learner compiles with Inductor's combo kernels (uni_rl 0018: "
                           "independent kernels of a graph launched as one; a fused reduction may be tiled "
                           "otherwise), set explicitly: the tree's default (unilab 0001), named for the "
                           "numerics study's learner switch and the runs made before it was the default"),
@@ -325,19 +325,19 @@ class Collector:
 
     def overrides_on(self, tree: TreeKind) -> tuple[str, ...]:
         """The Hydra override on a tree: the patched tree's config has the switch and every run names its
-        collector (the MuJoCo Warp owner defaults to the device one, unilab 0006); the pristine tree has no key
+        collector (the MuJoCo Warp owner defaults to the device one, unilab 0005); the pristine tree has no key
         and only the host collector."""
         return (f"{COLLECTOR_KEY}={self.name}",) if tree == "patched" else ()
 
     @property
     def requires_key(self) -> str | None:
-        """A collector other than UniLab 1.3.2's own needs the switch in the tree's flashsac config (unilab 0006)."""
+        """A collector other than UniLab 1.3.2's own needs the switch in the tree's flashsac config (unilab 0005)."""
         return COLLECTOR_KEY if self.name != "host" else None
 
 
 #: The collectors: the host path (a spawned process stepping UniLab's NumPy env; the host runners name no
 #: collector in their records) and the device-resident one (uni_rl 0010): the learner's process steps
-#: the task's device env, which UniLab has for G1 Walk Flat on MuJoCo Warp only (unilab 0005,
+#: the task's device env, which UniLab has for G1 Walk Flat on MuJoCo Warp only (flashsac_runtime.envs,
 #: ``DEVICE_ENV_FACTORIES``).
 COLLECTORS: dict[str, Collector] = {
     c.name: c

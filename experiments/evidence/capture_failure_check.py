@@ -32,8 +32,8 @@ OBS_DIM, HIDDEN_DIM, NUM_BLOCKS, ACTION_DIM = 98, 128, 2, 29
 
 
 def check(leave_open: bool, num_envs: int) -> dict[str, Any]:
-    from uni_rl.algos.common import cuda_capture
-    from uni_rl.algos.flash_sac.inference_graph import GraphedExplorePolicy
+    from flashsac_runtime import cuda_capture
+    from flashsac_runtime.learner.inference_graph import GraphedExplorePolicy
     from uni_rl.algos.flash_sac.network import FlashSACActor
 
     if leave_open:

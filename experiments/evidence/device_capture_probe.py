@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Which part of the device env's step fails to record as a CUDA graph on this machine, and why.
 
-The device-resident G1 Walk Flat env (unilab 0005) records its step as one CUDA graph; when that capture fails
+The device-resident G1 Walk Flat env (flashsac_runtime.envs) records its step as one CUDA graph; when that capture fails
 the env says so in one line and steps eagerly. A failed capture names only the first CUDA call that noticed, so
 this probe records each part of the step on its own, each in a fresh process (a failed capture poisons the
 process's CUDA state): the MJWarp substeps, MJWarp's masked reset, the kinematics and sensors of a reset, the

@@ -29,7 +29,7 @@ def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
 def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
                     graph: bool = True, sensors_every_substep: bool = False, acceleration_sensors: bool = False,
                     draws_ahead: bool = False, reset_only_when_done: bool = False, fused_terms: bool = False) -> Any:
-    from unilab.envs.device import make_g1_walk_device_env
+    from flashsac_runtime.envs import make_g1_walk_device_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
     override = build_offpolicy_env_cfg_override("flashsac", compose_cfg(num_envs, seed, overrides))

@@ -244,7 +244,7 @@ def distribution(args: argparse.Namespace) -> dict[str, Any]:
 def host_reads(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=args.draws_ahead)
     if args.broken_index:
-        from unilab.envs.device import terms
+        from flashsac_runtime.envs import terms
 
         def height(s: Any, minimum_height: float) -> torch.Tensor:
             return s.sim.qpos[:, s.root_qpos_cols[2]] < minimum_height
@@ -346,7 +346,7 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
     ahead = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True)
     in_step = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False)
     if args.broken_draw_order:  # negative control: the reset's draws taken before the observation noise
-        from unilab.envs.device.g1_walk import _StepDraws
+        from flashsac_runtime.envs.g1_walk import _StepDraws
 
         def reordered() -> Any:
             rows = ahead._all_rows  # noqa: SLF001
@@ -367,8 +367,8 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
     count = OpCount()  # where the step's torch work is, counted after the comparison (it draws)
     mark_step_graph(ahead, count)
     step_under(ahead, count, 1)
-    from unilab.envs.device import G1WalkDeviceEnv
-    from unilab.envs.device.draws import NumpyDraws
+    from flashsac_runtime.envs import G1WalkDeviceEnv
+    from flashsac_runtime.envs.draws import NumpyDraws
 
     try:  # UniLab's NumPy draws are sized by the rows, which are not known ahead: refused before anything is built
         G1WalkDeviceEnv(in_step.host_env, NumpyDraws(np.random.default_rng(args.seed), in_step.device), graph=False,
@@ -439,7 +439,7 @@ def fused_terms(args: argparse.Namespace) -> dict[str, Any]:
                           fused_terms=True)
     perturbed_fused_step(dev, args.perturb_weight, args.perturb_gain_cols)
     counts = {} if args.perturb_weight or args.perturb_gain_cols else step_counts(dev)
-    from uni_rl.offpolicy import preemption
+    from flashsac_runtime import preemption
 
     fused, dev._fused = dev._fused, None  # noqa: SLF001 - the torch step's checkpoint keys, then the fused step's
     torch_keys = set(preemption.env_state(dev) or ())

@@ -9,7 +9,7 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_build.make_device_env``), se
   memory    after the env's first reset (which captures its step), every byte of the cached free memory of
             torch's shared pool on the env's stream is taken by sentinel probes; ``--steps`` graph replays
             follow. The step's graph must write into none of them: its torch temporaries live in pools of its own
-            (unilab 0005). ``--shared-pool`` captures without the env's own pool (MuJoCo Warp's conditional
+            (flashsac_runtime.envs). ``--shared-pool`` captures without the env's own pool (MuJoCo Warp's conditional
             nodes end and resume the capture): the control. On an H200 with torch 2.11 the control's probes came
             through untouched too (``results/2026-12-05-h200-env-draws-sensors/``): there the check shows no
             temporaries in the shared pool either way, and is no gate.
@@ -18,7 +18,7 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_build.make_device_env``), se
             bitwise equal (torch's Philox draws are the same numbers wherever they run, when the generator's
             offsets are right). ``--offset-shifted`` draws once more from the graphed env's generator after its
             reset, so that its later draws come from other offsets: the control, which must differ.
-  reset     the env's reset of its done rows as a conditional node of the step's graph (unilab 0005): episodes of
+  reset     the env's reset of its done rows as a conditional node of the step's graph (flashsac_runtime.envs): episodes of
             ``--episode-seconds`` (time-outs every few steps, steps without a done row between them); after each
             of ``--steps`` graph replays every done row must have been reset (its episode counter at 0, an
             observation other than its final one), every other row must keep the step's observation, and on a
@@ -29,7 +29,7 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_build.make_device_env``), se
             row).
   failed    the step's capture broken on purpose (a host read inside the step): the env must say it stays eager
             and step on, ``--steps`` times, with finite outputs, torch's current stream restored, and the
-            allocator's event sweep (``empty_cache``) must pass (unilab 0005). ``--leave-open`` skips closing
+            allocator's event sweep (``empty_cache``) must pass (flashsac_runtime.envs). ``--leave-open`` skips closing
             what torch leaves open of the failed capture: the control, which on an H200 with torch 2.11 aborted
             the process (the allocator still counted the capture as under way).
   fused     the step's work between the physics and the reset as one Warp kernel (``fused_terms``), inside the
@@ -40,10 +40,10 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_build.make_device_env``), se
             contract a product and a sum into one fused multiply-add), and every done row must have been reset by
             the fused reset (its episode counter at 0, an observation other than its final one); then the replay's
             state is put back (``device_env_check.py --mode fused-terms`` compares the fused reset itself, eager).
-            ``--reset-when-done`` puts the fused reset in the reset's conditional node (unilab 0005).
+            ``--reset-when-done`` puts the fused reset in the reset's conditional node (flashsac_runtime.envs).
             ``--perturb-weight TERM`` builds the fused kernel with that reward term's weight scaled by 1.001: the
             control, which must fail.
-  split     the step's timestamps of its parts (unilab 0005: physics, terms, reset; the collector's split of the
+  split     the step's timestamps of its parts (flashsac_runtime.envs: physics, terms, reset; the collector's split of the
             env step) inside the replayed step graph, the product's form (fused, reset only when done): each of
             ``--steps`` replays is timed by CUDA events around it, the env's ring is read after it, and its row
             must hold the next step number, three positive parts that fit in the replay's event time (within
@@ -181,7 +181,7 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
 
     dev._terminate = with_host_read  # noqa: SLF001
     if args.leave_open:
-        from uni_rl.algos.common import cuda_capture
+        from flashsac_runtime import cuda_capture
 
         cuda_capture.close_failed_capture = lambda *_: None
     dev.reset()

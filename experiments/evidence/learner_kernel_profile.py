@@ -43,9 +43,9 @@ TASK = "g1_walk_flat/mujoco"
 SWITCH_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--no-aligned-products": ("aligned_products", False,
                               "the networks' matrix products on their own widths, not padded to aligned ones (the "
-                              "tree's default, uni_rl 0018): the learner as it was"),
+                              "tree's default, uni_rl 0017): the learner as it was"),
     "--no-combo-kernels": ("combo_kernels", False,
-                           "without Inductor's combo kernels (the tree's default, uni_rl 0019): "
+                           "without Inductor's combo kernels (the tree's default, uni_rl 0018): "
                            "the learner as it compiled before"),
 }
 #: Kernel kinds by name, first match wins: what each kind is made of, and so what would shorten it.

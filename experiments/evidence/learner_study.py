@@ -59,7 +59,7 @@ def whole_cycle(learner: Any) -> bool:
 
 def runner_schedule(updates_per_step: int, policy_frequency: int) -> Any:
     """The runner's update schedule of one iteration, from the ``uni_rl`` the process imported."""
-    from uni_rl.algos.common.update_schedule import iteration_update_schedule
+    from flashsac_runtime.learner.update_schedule import iteration_update_schedule
 
     return iteration_update_schedule(updates_per_step, policy_frequency)
 

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     loads: list[dict[str, Any]] = []
     time_loads(loads.append, time.perf_counter, phases=())  # every Warp module load, none of the phases
-    from unisim.backend.mjwarp import kernel_build
+    from flashsac_runtime.mjwarp import kernel_build
 
     start = time.perf_counter()
     env = build_env(args.num_envs, args.seed, task="g1_walk_flat/mjwarp")

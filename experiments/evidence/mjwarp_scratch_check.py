@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     import warp as wp
 
     from unisim.backend.mjwarp.randomization import expand_model_fields
-    from unisim.backend.mjwarp.row_commit import ScratchModel
+    from flashsac_runtime.mjwarp.row_commit import ScratchModel
 
     cpu_model = mujoco.MjModel.from_xml_string(MJCF)
     model = mujoco_warp.put_model(cpu_model)

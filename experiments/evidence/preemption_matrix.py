@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The stop / resume / kill matrix of a training run on a GPU host (uni_rl 0011, unilab 0007).
+"""The stop / resume / kill matrix of a training run on a GPU host (uni_rl 0011, unilab 0006).
 
 Run from an applied UniLab tree's root with the overlay first on ``PYTHONPATH`` (as ``make bench`` runs
 UniLab); writes one JSON per case and ``matrix.json`` into ``--out``. For each setting (``report``,

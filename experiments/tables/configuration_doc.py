@@ -7,9 +7,10 @@ One source for each fact, so the reference cannot drift from the product:
   to UniLab 1.3.2's config;
 - a key the code reads but the config does not name (set with Hydra's ``+``) is described by the sentence of the
   series' code that names it;
-- an environment variable is the module constant or read that names it in the series' code, described by the
-  ``#:`` comment above it;
-- the patch that adds each one (the first in series order) and that patch's ``Evidence:`` header.
+- an environment variable is the module constant or read that names it in the series' code or in the project's
+  own package (runtime/flashsac_runtime, placed into the overlay), described by the ``#:`` comment above it;
+- the patch that adds each one (the first in series order), or the module of the own package that reads it, and
+  the ``Evidence:`` header of that patch (for a module: of the first patch that imports it).
 
 ``python experiments/tables/configuration_doc.py`` rewrites docs/configuration.md; ``--check`` exits 1 when it is
 stale (the test suite runs it).
@@ -133,6 +134,21 @@ def env_entries(patches: Patches) -> list[Entry]:
     return sorted(entries.values(), key=lambda e: e.name)
 
 
+def runtime_sources(patches: Patches) -> Patches:
+    """The own package's modules as sources of environment variables: (module, the header of the first patch
+    that imports it, the module's lines)."""
+    sources = []
+    for rel, data in sorted(api.own_package_files().items()):
+        if not rel.endswith(".py"):
+            continue
+        module = rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        parent, _, base = module.rpartition(".")
+        header = next((h for _, h, added in patches
+                       if any(module in line or f"from {parent} import {base}" in line for line in added)), {})
+        sources.append((module, header, data.decode().splitlines()))
+    return sources
+
+
 def _rows(entries: Sequence[Entry]) -> list[str]:
     lines = ["| name | default | what it does | patch | evidence |", "|---|---|---|---|---|"]
     for e in entries:
@@ -156,7 +172,7 @@ def render() -> str:
                 task = owner.removeprefix("src/unilab/conf/flashsac/task/").removesuffix(".yaml")
                 owners.append(Entry(f"{key} (task={task})", value, comment, patch, evidence))
     unlisted = unlisted_keys(set(keys_with_comments(post.decode())), patches)
-    env = env_entries(patches)
+    env = env_entries([*patches, *runtime_sources(patches)])
     out = [
         "# Configuration: every key and environment variable the series adds",
         "",
@@ -164,7 +180,9 @@ def render() -> str:
         "`make test` checks it):",
         "a key's default and description are the applied `conf/flashsac/config.yaml` (its value and the comment "
         "above it, as the tree shows them); an environment variable's description is the `#:` comment above it in "
-        "the series' code; *patch* is the patch that adds it and *evidence* that patch's `Evidence:` header.",
+        "the series' code or the project's own package `flashsac_runtime`; *patch* is the patch that adds it (or the "
+        "module of `flashsac_runtime` that reads it) and *evidence* that patch's `Evidence:` header (for a module, "
+        "the header of the first patch that imports it).",
         "Set a key on the training command line (`algo.algo_params.finite_guard=false`, "
         "`training.collector=host`); a key marked `+` is not in the config and takes Hydra's `+` prefix.",
         "Back to the [front page](../README.md).",

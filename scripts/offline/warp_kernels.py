@@ -100,13 +100,14 @@ def _record_plan(worlds: Sequence[int]) -> list[tuple[Any, int]]:
     """Every (module, block size) the mjwarp backend would build ahead on CUDA, for each world count."""
     from unilab.base.env_factory import make_registry_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
-    from unisim.backend.mjwarp import backend, kernel_build
+    from flashsac_runtime.mjwarp import kernel_build
+    from unisim.backend.mjwarp import backend
 
     as_cuda = type("CudaLaunches", (), {"is_cuda": True})()  # the launches record a CUDA device's block sizes
     plan: dict[int, tuple[Any, tuple[int, ...]]] = {}
 
     def record(wp_: Any, device: Any, calls: Any) -> Any:
-        with kernel_build._launches_recorded(wp_, as_cuda) as builds:  # noqa: SLF001 - unisim 0004's recorder
+        with kernel_build._launches_recorded(wp_, as_cuda) as builds:  # noqa: SLF001 - the build ahead's recorder
             calls()
         launched = [(module, size) for module, sizes in builds.values() for size in sizes]
         every = [module for module, _ in builds.values()] + kernel_build.modules_to_build()
@@ -147,7 +148,7 @@ def _record_fused_plan(worlds: Sequence[int], cpu_cache: str) -> list[tuple[Any,
     """
     import torch
     import warp as wp
-    from unilab.envs.device import make_g1_walk_device_env
+    from flashsac_runtime.envs import make_g1_walk_device_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
     plan: dict[str, tuple[Any, int]] = {}  # by module identifier: a kernel holding no count is one module

@@ -65,3 +65,10 @@ def series_files(target: str, rels: Sequence[str]) -> tuple[dict[str, tuple[byte
     patches = [(p.name, dict(p.header), [line.value.rstrip("\n") for f in p.diff for h in f for line in h
                                          if line.is_added]) for p in series.patches]
     return images, patches
+
+
+def own_package_files() -> dict[str, bytes]:
+    """The project's own packages as an apply places them into the overlay (overlay-relative path -> bytes)."""
+    from .overlay import own_files
+
+    return {rel: data for rel, (data, _) in own_files().items()}

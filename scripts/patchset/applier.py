@@ -28,7 +28,7 @@ from .plan import FileChange, plan_target
 from .series import Series, load_series
 from .state import create_state, image_path, load_state, save_state
 from .targets import CHECKOUT_TARGET as TARGET_CHECKOUT
-from .targets import OVERLAY_PACKAGES, OVERLAY_TARGETS
+from .targets import OVERLAY_DIRS, OVERLAY_PACKAGES, OVERLAY_TARGETS, OWN_PACKAGES
 from .trees import create_embedded_tree, file_marker, marker_note, package_files, read_file, uv_python
 
 
@@ -151,7 +151,7 @@ def _require_overlay(checkout: Path, overlay: Path) -> None:
     """An applied checkout's overlay packages must still be there: without them a run imports the installed,
     unpatched ones, and a per-file status would only list every overlay file as changed. So must its manifest,
     readable: the provenance hook checks every imported file against it, and the revert reads its owners."""
-    missing = [p for p in OVERLAY_TARGETS if not ovl.package_dir(overlay, p).is_dir()]
+    missing = [p for p in OVERLAY_DIRS if not ovl.package_dir(overlay, p).is_dir()]
     if missing:
         what = "is missing" if not overlay.exists() else f"lacks {', '.join(missing)}"
         raise PatchsetError(f"{checkout} is applied, but its overlay {overlay} {what} (deleted since?); 'revert' "
@@ -168,6 +168,9 @@ def _already_applied(opts: Options, checkout: Path, series: Series, state: dict)
     if state["series_sha256"] != series.sha256:
         raise PatchsetError(f"{checkout} carries a different series ({state['series_sha256'][:12]}); revert it first")
     _require_overlay(checkout, overlay)
+    own = ovl.hash_files(ovl.own_files())
+    if own != {rel: sha for rel, sha in state["overlay_files"].items() if rel.split("/")[0] in OWN_PACKAGES}:
+        raise PatchsetError(f"runtime/ changed since {overlay} was built; 'revert', then 'apply' places it again")
     edited = [f["path"] for f in file_statuses(checkout, overlay, None, state) if f["status"] != "applied"]
     if edited:
         raise PatchsetError(f"already applied, but {', '.join(edited)} changed since; see 'status'")

@@ -1,5 +1,6 @@
 """The overlay: the patched overlay packages (targets.OVERLAY_PACKAGES: uni_rl from the pinned unilab-rl wheel,
-unisim from the pinned unisim-core sdist), first on PYTHONPATH at run time.
+unisim from the pinned unisim-core sdist) and the project's own packages (targets.OWN_PACKAGES, from runtime/),
+first on PYTHONPATH at run time.
 
 The packages are patched in memory, written to one private staging directory beside them and renamed into place
 one by one, so a half-built package is never importable. overlay/MANIFEST.json (mode 0644: other accounts may
@@ -20,8 +21,9 @@ from typing import Any
 from . import fsops
 from .errors import PatchsetError
 from .plan import FileChange, plan_target
+from .paths import RUNTIME_DIR
 from .series import Series
-from .targets import OVERLAY_TARGETS
+from .targets import OVERLAY_DIRS, OVERLAY_TARGETS, OWN_PACKAGES
 from .trees import file_marker
 
 MANIFEST = "MANIFEST.json"
@@ -34,7 +36,7 @@ def package_dir(overlay: Path, package: str) -> Path:
 
 def _present(overlay: Path) -> list[Path]:
     """The overlay package directories that exist (or are links) now."""
-    return [d for d in (package_dir(overlay, p) for p in OVERLAY_TARGETS) if d.exists() or d.is_symlink()]
+    return [d for d in (package_dir(overlay, p) for p in OVERLAY_DIRS) if d.exists() or d.is_symlink()]
 
 
 def load_overlay_manifest(overlay: Path) -> dict[str, Any] | None:
@@ -55,7 +57,7 @@ def load_overlay_manifest(overlay: Path) -> dict[str, Any] | None:
             return manifest
         problem = "it lacks 'files', 'owners' or 'series_sha256' (or 'created_dirs' is not a list of paths)"
     raise PatchsetError(f"{path} is corrupt: {problem}; delete it and the package directories "
-                        f"({', '.join(OVERLAY_TARGETS)}) beside it, then apply again in each checkout that used it")
+                        f"({', '.join(OVERLAY_DIRS)}) beside it, then apply again in each checkout that used it")
 
 
 def _encode_manifest(manifest: dict[str, Any]) -> bytes:
@@ -112,10 +114,31 @@ def changes(overlay: Path, expected: Mapping[str, str | None]) -> dict[str, str 
     return {rel: have.get(rel) for rel in sorted({*want, *have}) if have.get(rel) != want.get(rel)}
 
 
-def build(pristine: dict[str, Files], series: Series) -> tuple[Files, dict[str, dict[str, FileChange]]]:
-    """Every overlay package with its patches applied, in memory (overlay-relative path -> bytes, mode), and the
-    plan of each target. pristine: package -> its files in the pinned artifact."""
+def own_files(root: Path = RUNTIME_DIR) -> Files:
+    """The project's own packages as the overlay holds them (overlay-relative path -> bytes, mode 0644): every file
+    under runtime/<package>/ but Python's caches. Refuses a link or a missing package: the overlay must not
+    depend on what a link points to."""
     files: Files = {}
+    for package in OWN_PACKAGES:
+        top = root / package
+        if not top.is_dir() or top.is_symlink():
+            raise PatchsetError(f"{top} is missing (or a link): the project's own package cannot be placed")
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                if name.endswith((".pyc", ".pyo")):
+                    continue
+                if path.is_symlink() or not path.is_file():
+                    raise PatchsetError(f"{path} is not a plain file; the overlay holds plain files only")
+                files[str(path.relative_to(root))] = (path.read_bytes(), 0o644)
+    return files
+
+
+def build(pristine: dict[str, Files], series: Series) -> tuple[Files, dict[str, dict[str, FileChange]]]:
+    """Every overlay package with its patches applied, and the project's own packages, in memory (overlay-relative
+    path -> bytes, mode), and the plan of each target. pristine: package -> its files in the pinned artifact."""
+    files: Files = own_files()
     plans = {}
     for package in OVERLAY_TARGETS:
         own = dict(pristine[package])
@@ -156,8 +179,9 @@ def check_existing(overlay: Path, files: Files) -> tuple[bool, dict[str, Any] | 
         raise PatchsetError(f"{alien} exists and was not built by patchset; move it away or choose another OVERLAY=")
     pkg = ", ".join(str(d) for d in present)
     if manifest["files"] != hash_files(files):
-        raise PatchsetError(f"{overlay} holds an overlay of another series; {_way_out(overlay, manifest)}")
-    if len(present) < len(OVERLAY_TARGETS) or changes(overlay, manifest["files"]):
+        raise PatchsetError(f"{overlay} holds an overlay of another series or runtime/; "
+                            f"{_way_out(overlay, manifest)}")
+    if len(present) < len(OVERLAY_DIRS) or changes(overlay, manifest["files"]):
         raise PatchsetError(f"{pkg} was edited since it was built; {_way_out(overlay, manifest)}")
     return True, manifest
 
@@ -165,7 +189,7 @@ def check_existing(overlay: Path, files: Files) -> tuple[bool, dict[str, Any] | 
 def install(overlay: Path, files: Files) -> None:
     """Write the packages to a private staging directory and rename each into place (checked absent before)."""
     staging = fsops.fill_dir(overlay, "staging", files)
-    for package in OVERLAY_TARGETS:
+    for package in OVERLAY_DIRS:
         fsops.rename(staging / package, package_dir(overlay, package))
     fsops.rmdir(staging)
 

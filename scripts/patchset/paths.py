@@ -9,8 +9,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = PROJECT_ROOT / "VERSIONS.env"
 PATCHES_DIR = PROJECT_ROOT / "patches"
 OVERLAY_DIR = PROJECT_ROOT / "overlay"
+RUNTIME_DIR = PROJECT_ROOT / "runtime"  # the project's own packages (targets.OWN_PACKAGES), placed into the overlay
 #: The project's folders of its own files, committed (an overlay must not be built among them).
-SOURCE_DIRS = tuple(PROJECT_ROOT / name for name in ("docs", "experiments", "patches", "results", "scripts", "tests"))
+SOURCE_DIRS = tuple(PROJECT_ROOT / name for name in ("docs", "experiments", "patches", "results", "runtime", "scripts",
+                                                    "tests"))
 PORT_REPORT_DIR = PROJECT_ROOT / "results" / "port-report"
 EDIT_DIR = PROJECT_ROOT / "work" / "series-edit"  # patchset edit / refresh: the scratch repository of the series
 STATE_DIRNAME = ".flashsac-overlay"

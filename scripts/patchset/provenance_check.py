@@ -1,4 +1,4 @@
-"""`patchset provenance`: import every overlay package (uni_rl, unisim) in the UniLab interpreter with the overlay
+"""`patchset provenance`: import every overlay package (uni_rl, unisim, flashsac_runtime) in the UniLab interpreter with the overlay
 first, including each patched module, and judge the record."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 from .applier import Options, Outcome, overlay_for, python_command, resolve_checkout
 from .errors import PatchsetError
 from .state import load_state
-from .targets import OVERLAY_TARGETS
+from .targets import OVERLAY_DIRS, OVERLAY_TARGETS
 
 
 def _imports(state: dict | None) -> str:
     """Import each overlay package and every module the applied series patched in it, then print the pid (imports
     may start helper processes with records of their own; the verdict is on this one)."""
-    modules = set(OVERLAY_TARGETS)
+    modules = set(OVERLAY_DIRS)
     for package in OVERLAY_TARGETS:
         for rel in (state or {}).get("files", {}).get(package, {}):
             if rel.endswith(".py"):
@@ -41,8 +41,8 @@ def run_provenance(opts: Options) -> Outcome:
         record = json.loads(record_file.read_text()) if proc.returncode == 0 and record_file.is_file() else None
     if record is None:
         last = (proc.stderr.strip().splitlines() or ["no provenance record written"])[-1]
-        raise PatchsetError(f"importing {', '.join(OVERLAY_TARGETS)} with the overlay failed: {last}")
-    ours = {p: [m for m in record["modules"] if m["name"].split(".")[0] == p] for p in OVERLAY_TARGETS}
+        raise PatchsetError(f"importing {', '.join(OVERLAY_DIRS)} with the overlay failed: {last}")
+    ours = {p: [m for m in record["modules"] if m["name"].split(".")[0] == p] for p in OVERLAY_DIRS}
     bad = [m["name"] for mods in ours.values() for m in mods if m["origin"] != "overlay" or m["matches"] is not True]
     bad += [f"{p} (not imported)" for p, mods in ours.items() if not mods]
     if record["flagged"] or bad:

@@ -18,7 +18,7 @@ from .errors import PatchsetError
 from .plan import sha256
 from .state import image_path, state_dir
 from .targets import CHECKOUT_TARGET as TARGET_CHECKOUT
-from .targets import OVERLAY_TARGETS
+from .targets import OVERLAY_DIRS
 from .trees import file_marker, marker_note
 
 
@@ -34,7 +34,7 @@ def expected_overlay(state: dict[str, Any]) -> dict[str, str | None]:
     """What the overlay's packages must hold for recovery to remove them: the files the apply built, with the
     edits a forced revert saved in their place (overlay-relative path -> marker; None: deleted)."""
     saved = (state.get("user_edits") or {}).get("markers", {})
-    edits = {key.split(":", 1)[1]: marker for key, marker in saved.items() if key.split(":", 1)[0] in OVERLAY_TARGETS}
+    edits = {key.split(":", 1)[1]: marker for key, marker in saved.items() if key.split(":", 1)[0] in OVERLAY_DIRS}
     return {**state["overlay_files"], **edits}
 
 

@@ -1,4 +1,4 @@
-"""The three pinned targets of the series, in one place.
+"""The three pinned targets of the series, and the project's own packages, in one place.
 
 'unilab' is a UniLab checkout patched in place. Every other target is an overlay package: one top-level
 package taken out of a sha256-pinned upstream artifact (named by its VERSIONS.env keys), patched in memory and
@@ -34,3 +34,8 @@ OVERLAY_TARGETS = tuple(p.name for p in OVERLAY_PACKAGES)
 #: cannot miss one when a target is added.
 PINNED_ARTIFACTS = (("UNILAB_SDIST", "UNILAB_SDIST_SHA256"), *((p.file_key, p.sha256_key) for p in OVERLAY_PACKAGES))
 TARGETS = (CHECKOUT_TARGET, *OVERLAY_TARGETS)
+#: The project's own packages (runtime/<name>, code of this project, not a series target): placed into the
+#: overlay beside the patched packages by every apply, their files recorded like the patched ones.
+OWN_PACKAGES = ("flashsac_runtime",)
+#: Every package directory an apply builds in the overlay.
+OVERLAY_DIRS = (*OVERLAY_TARGETS, *OWN_PACKAGES)

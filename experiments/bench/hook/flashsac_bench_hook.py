@@ -109,7 +109,7 @@ def _distribution_versions() -> dict[str, str | None]:
 
 def _dp_nccl_transport() -> Any:
     """The data-parallel NCCL transport this rank chose (uni_rl 0009), or None: a single rank chooses none."""
-    transport = sys.modules.get("uni_rl.ipc.dp_transport")
+    transport = sys.modules.get("flashsac_runtime.dp_transport")
     raw = os.environ.get(transport.RECORD_ENV) if transport is not None else None
     return json.loads(raw) if raw else None
 
@@ -229,7 +229,7 @@ def install() -> bool:
 
 def _compile_metrics() -> dict[str, Any]:
     """Torch's own compile-time counters (seconds per phase), when torch recorded any, and this process's compiles
-    graph by graph (``frames``: the patched ``uni_rl.offpolicy.compile_record``; None with a uni_rl without it)."""
+    graph by graph (``frames``: the patched ``flashsac_runtime.learner.compile_record``; None with a uni_rl without it)."""
     torch_mod = sys.modules.get("torch")
     if torch_mod is None:
         return {}
@@ -242,7 +242,7 @@ def _compile_metrics() -> dict[str, Any]:
         stats: dict[str, Any] = dict(dynamo_utils.counters.get("stats", {}))  # type: ignore[call-overload]
         unique_graphs = stats.get("unique_graphs")
         try:
-            from uni_rl.offpolicy.compile_record import frame_compiles
+            from flashsac_runtime.learner.compile_record import frame_compiles
         except ImportError:  # unpatched uni_rl
             frames = None
         else:

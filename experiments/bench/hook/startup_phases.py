@@ -44,8 +44,8 @@ class Phase(NamedTuple):
 #: (a host-collector run builds its env in the collector's process and starts no device env).
 PHASES: tuple[Phase, ...] = (
     Phase("env_physics_built", "unisim.backend.mjwarp.backend", "MjwarpBackend.__init__", detail="kernel_build"),
-    Phase("device_env_built", "unilab.envs.device", "make_g1_walk_device_env"),
-    Phase("device_env_reset", "unilab.envs.device.g1_walk", "G1WalkDeviceEnv.reset"),
+    Phase("device_env_built", "flashsac_runtime.envs", "make_g1_walk_device_env"),
+    Phase("device_env_reset", "flashsac_runtime.envs.g1_walk", "G1WalkDeviceEnv.reset"),
     Phase("learner_constructed", "uni_rl.algos.flash_sac.learner", "FlashSACLearner.__init__"),
     Phase("replay_pipeline_ready", "uni_rl.ipc.replay_pipelines.gpu_resident", "GPUResidentReplayPipeline.__init__",
           detail="transfer_manifest"),

@@ -68,7 +68,7 @@ def _count_syncs(fn: Callable[[], Any]) -> int:
 
     ``set_sync_debug_mode("warn")`` warns at each synchronizing operation (blocking copies, ``.item()``,
     stream and device syncs) but not at ``torch.cuda.Event.synchronize``, the wait of a staged read (the
-    metrics copied to pinned memory where the stream stood, read later: ``uni_rl.utils.staged_read``);
+    metrics copied to pinned memory where the stream stood, read later: ``flashsac_runtime.staged_read``);
     those waits are counted by wrapping the method for the call.
     """
     import warnings
@@ -147,7 +147,7 @@ def _update_phase(learner: Any, phase: str, batch: dict[str, Any]) -> dict[str, 
     measures the graph's own first update.
     """
     if learner_study.whole_cycle(learner):
-        from uni_rl.algos.common.update_schedule import ScheduledUpdate
+        from flashsac_runtime.learner.update_schedule import ScheduledUpdate
 
         metrics = {}
         schedule = (ScheduledUpdate(phase, 0, True),)

@@ -1,0 +1,1 @@
+"""MuJoCo Warp backend pieces: the reset that commits only the reset rows, and the kernels built ahead."""
