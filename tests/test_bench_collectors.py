@@ -44,6 +44,7 @@ import bench_options  # noqa: E402
 import bench_records  # noqa: E402
 import bench_report  # noqa: E402
 import bench_stats  # noqa: E402
+import run_files  # noqa: E402
 import mjwarp_report  # noqa: E402
 
 SINGLE = BENCH / "benchmark_flashsac_training.py"
@@ -72,22 +73,10 @@ def tree(tmp_path_factory: pytest.TempPathFactory, applied_session: tuple[Path, 
     checkout, overlay = applied_session
     return runnable_tree(checkout, tmp_path_factory.mktemp("bench-collectors") / "tree"), overlay
 
-STREAM = """
-import sys
-from hydra import compose, initialize_config_dir
-from unilab.scripts.train_offpolicy import device_env_factory_kwargs
-with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
-    cfg = compose("config", overrides=sys.argv[2:])
-try:
-    print(sorted(device_env_factory_kwargs(cfg).items()))
-except ValueError as exc:
-    print(f"refused: {exc}")
-"""
-
 
 @pytest.fixture(scope="module")
 def composed(tree: tuple[Path, Path]) -> Iterator[Callable[..., str]]:
-    """The last line a script (``RESOLVE``, ``STREAM``) prints for the patched tree's Hydra config composed with
+    """The last line a script (``RESOLVE``) prints for the patched tree's Hydra config composed with
     overrides: each a process of its own, forked from one that imported Hydra and UniLab's trainer (forked_runs)."""
     root, overlay = tree
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
@@ -135,59 +124,6 @@ def test_device_collector_composes_for_mjwarp_and_the_trainer_finds_its_device_e
     forced = [*_overrides("--backend", "mujoco"), "training.collector=device"]
     collector, sim, _, found = _resolve(composed, forced)
     assert (collector, sim) == ("device", "mujoco") and found.startswith("refused: training.collector=device")
-
-
-def test_the_device_env_switches_reach_the_factory_and_refuse_a_bad_value(composed: Callable[..., str]) -> None:
-    """``training.device_env_stream``, ``device_env_sensors``, ``device_env_draws_ahead``, ``device_env_reset``,
-    ``device_env_terms`` and ``device_env_step_split``: the tree's defaults pass the factory nothing (its env takes a
-    stream of its own, computes the sensors in the last substep only, takes its draws ahead, does its work around the
-    physics as Warp kernels, resets only on a step with a done row and stamps its parts; of the sensors it computes the
-    position and velocity stages only), ``last_substep`` (device-env-acceleration-sensors) asks for the acceleration
-    stage's sensors too, ``false``
-    (device-env-no-step-split) leaves the stamps out, ``warp`` (the bench's device-env-warp-stream) asks for MuJoCo Warp's stream, ``every_substep``
-    (device-env-sensors-every-substep) for the sensors in every substep, ``torch`` and ``every_step``
-    (device-env-torch-step) for the torch step with the reset on every step, and with them ``false``
-    (device-env-draws-in-step) for the draws in the step; the fused work and the reset when done are each refused
-    with draws in the step, saying what to set; anything else is a one-line error (control: a typo is not taken for
-    the default)."""
-    def kwargs(*overrides: str) -> str:
-        return composed(STREAM, *overrides)
-
-    warp = [o for o in bench_configs.CONFIGS["device-env-warp-stream"].overrides if "device_env_stream" in o]
-    assert kwargs() == "[]" and kwargs(*warp) == "[('own_stream', False)]"
-    assert kwargs("training.device_env_stream=wrap") == (
-        "refused: training.device_env_stream='wrap': expected 'own' or 'warp'")
-    every = [o for o in bench_configs.CONFIGS["device-env-sensors-every-substep"].overrides if "device_env_sensors" in o]
-    assert kwargs(*every) == "[('acceleration_sensors', True), ('sensors_every_substep', True)]"
-    acceleration = [o for o in bench_configs.CONFIGS["device-env-acceleration-sensors"].overrides
-                    if "device_env_sensors" in o]
-    assert kwargs(*acceleration) == "[('acceleration_sensors', True)]"
-    assert kwargs("training.device_env_sensors=last") == (
-        "refused: training.device_env_sensors='last': expected 'position_velocity', 'last_substep' or 'every_substep'")
-    torch_step = [o for o in bench_configs.CONFIGS["device-env-torch-step"].overrides if "device_env_" in o]
-    assert kwargs(*torch_step) == "[('fused_terms', False), ('reset_only_when_done', False)]"
-    in_step = [o for o in bench_configs.CONFIGS["device-env-draws-in-step"].overrides if "device_env_" in o]
-    assert kwargs(*in_step) == "[('draws_ahead', False), ('fused_terms', False), ('reset_only_when_done', False)]"
-    assert kwargs("training.device_env_draws_ahead=1") == (
-        "refused: training.device_env_draws_ahead=1: expected true or false")
-    assert kwargs("training.device_env_reset=always") == (
-        "refused: training.device_env_reset='always': expected 'every_step' or 'when_done'")
-    assert kwargs("training.device_env_terms=torch", "training.device_env_draws_ahead=false") == (
-        "refused: training.device_env_reset=when_done needs training.device_env_draws_ahead=true (with draws in the "
-        "step the reset's draws move the generator on every step; set training.device_env_reset=every_step)")
-    assert kwargs("training.device_env_terms=torch") == "[('fused_terms', False)]"
-    assert kwargs("training.device_env_reset=every_step") == "[('reset_only_when_done', False)]"
-    assert kwargs("training.device_env_terms=warp") == (
-        "refused: training.device_env_terms='warp': expected 'torch' or 'fused'")
-    no_split = [o for o in bench_configs.CONFIGS["device-env-no-step-split"].overrides if "device_env_" in o]
-    assert kwargs(*no_split) == "[('step_split', False)]"
-    assert kwargs("training.device_env_step_split=no") == (
-        "refused: training.device_env_step_split='no': expected true or false")
-    assert kwargs("training.device_env_reset=every_step", "training.device_env_draws_ahead=false") == (
-        "refused: training.device_env_terms=fused needs training.device_env_draws_ahead=true (the fused step reads "
-        "the draws taken ahead; set training.device_env_terms=torch)")
-    assert "device-env-warp-stream runs with the device collector only (COLLECTOR=device)" == bench_configs.refusal(
-        "device-env-warp-stream", "mjwarp", "host")
 
 
 def _one_line_refusal(proc: subprocess.CompletedProcess, prog: str) -> str:
@@ -268,10 +204,10 @@ def test_a_run_whose_env_step_stayed_eager_is_marked_in_the_tables() -> None:
         return {"run_summary": record["run_summary"]}
 
     captured, eager = run("captured"), run("eager (capture failed: operation not permitted when stream is capturing)")
-    label = bench_report._label("device-env-torch-step", [captured, eager])
+    label = bench_report._label("patched-default", [captured, eager])
     assert label.endswith(" (env step not graphed, its capture failed: 1 of 2 runs)"), label
-    assert bench_report._label("device-env-torch-step", [captured, captured]) == (
-        bench_configs.CONFIGS["device-env-torch-step"].label)
+    assert bench_report._label("patched-default", [captured, captured]) == (
+        bench_configs.CONFIGS["patched-default"].label)
 
 
 #: The tests of the real CPU bench run of the device collector (MuJoCo Warp on Warp's CPU device, over a minute
@@ -290,7 +226,7 @@ def device_run(tree: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
                            "never", "--output", str(out / "run.json"), "--run-dir", str(out / "run")],
                           env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    run = json.loads((out / "run.json").read_text())
+    run = run_files.read_json(out / "run.json")
     run["_summary_file"] = str(out / "run" / "train" / "run_summary.json")
     return run
 

@@ -98,12 +98,6 @@ def runs(request: pytest.FixtureRequest, tree: tuple[Path, Path],
             lambda: _train(tree, where("mjwarp") / "run", "task=g1_walk_flat/mjwarp", *mjwarp,
                            "algo.max_iterations=6", "training.collector=device", UNISIM_MJWARP_ALLOW_CPU="1",
                            MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES=""),
-        "test_hydra_cli_trains_on_the_torch_step_mjwarp_device_env":
-            lambda: _train(tree, where("mjwarp-torch") / "run", "task=g1_walk_flat/mjwarp", *mjwarp,
-                           "algo.max_iterations=6", "training.collector=device", "training.device_env_terms=torch",
-                           "training.device_env_reset=every_step", "training.device_env_step_split=false",
-                           UNISIM_MJWARP_ALLOW_CPU="1",
-                           MUJOCO_GL="disable", CUDA_VISIBLE_DEVICES=""),
         "test_a_task_without_a_device_env_is_refused_in_one_line":
             lambda: _train(tree, where("refused") / "run", *CLI_SETTINGS, "training.collector=device"),
         "test_learner_update_on_the_device_ring_equals_the_host_path":
@@ -229,18 +223,6 @@ def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.Complet
     assert set(phases) == PHASES | {"env_physics", "env_terms", "env_reset"}, phases
     assert min(phases["env_physics"], phases["env_terms"], phases["env_reset"]) > 0.0, phases
     assert phases["env_physics"] + phases["env_terms"] + phases["env_reset"] <= phases["env_step"], phases
-
-
-def test_hydra_cli_trains_on_the_torch_step_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
-    """The same with the env's work around the physics in torch, its reset on every step (the bench's
-    device-env-torch-step) and no timestamps of its parts: the switches reach the env through the command line (the
-    run's record of the env's form says so, where the default run's says fused, when done and stamped; no split of
-    the env step is recorded), and the run trains and checkpoints."""
-    summary = _trained_on_mjwarp(ran)
-    form = summary["runtime_manifest"]["device_env"]
-    assert (form["terms"], form["reset"], form["draws_ahead"], form["step_split"]) == (
-        "torch", "every_step", "true", "off"), form
-    assert set(summary["collector_phases_ms"]) == PHASES, summary["collector_phases_ms"]
 
 
 def test_a_task_without_a_device_env_is_refused_in_one_line(ran: tuple[subprocess.CompletedProcess, Path]) -> None:

@@ -388,7 +388,7 @@ def test_the_acceleration_stage_of_the_sensors_is_left_out_unread(checks: SideBy
     assert {"pelvis_acceleration", "torso_acceleration", "left_foot_contact_0"} <= set(
         same["acceleration_stage_sensors"]), same["acceleration_stage_sensors"]
     assert same["reading_one"].startswith("the device env reads ") and same["reading_one"].endswith(
-        "set training.device_env_sensors=last_substep"), same["reading_one"]
+        "its factory must pass acceleration_sensors=True"), same["reading_one"]
     launches = same["warp_launches_per_step"]
     assert launches["default"] < launches["every_stage"], launches
     # Control: the position and velocity sensors of the integrated state: the observations differ at once.

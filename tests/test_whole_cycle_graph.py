@@ -74,18 +74,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
                 chosen[name] = (params[SWITCH], params[inference])
                 # The bench compiles every configuration but compile-behind before tick 0 (the tree: auto).
                 assert composed.training.compile_behind is (name == "compile-behind")
-                assert composed.training.device_env_stream == ("warp" if name == "device-env-warp-stream" else "own")
                 assert composed.training.logger == ("no_print" if name == "logging-off" else "tensorboard")
-                assert composed.training.collector_host_ahead is (name != "read-back-each-iteration")
-                assert composed.training.collector_env_step_early is (name != "env-step-after-gather")
-                assert composed.training.device_env_sensors == {
-                    "device-env-sensors-every-substep": "every_substep",
-                    "device-env-acceleration-sensors": "last_substep"}.get(name, "position_velocity")
-                assert composed.training.device_env_draws_ahead is (name != "device-env-draws-in-step")
-                torch_step = name in ("device-env-torch-step", "device-env-draws-in-step")
-                assert composed.training.device_env_reset == ("every_step" if torch_step else "when_done")
-                assert composed.training.device_env_terms == ("torch" if torch_step else "fused")
-                assert composed.training.device_env_step_split is (name != "device-env-no-step-split")
                 assert params.aligned_products is (name != "no-aligned-products")  # the default (unilab 0001)
                 assert params.combo_kernels is (name != "no-combo-kernels")  # the tree's default (unilab 0001)
                 rates = {key: params[key] for key, _ in bench_configs.TREE_LEARNING_RATES}
@@ -101,15 +90,7 @@ def test_config_key_defaults_on_and_the_bench_overrides_select_both_ways(
         "whole-cycle-graph-inference": (True, True),
         "patched-default": (True, True),
         "compile-behind": (True, True),  # the default learner; compiled behind, from a later iteration
-        "device-env-warp-stream": (True, True),  # the default learner; the device env on Warp's stream
         "logging-off": (True, True),  # the default learner; no TensorBoard scalars
-        "read-back-each-iteration": (True, True),  # the default learner; the host waits at each iteration's end
-        "env-step-after-gather": (True, True),  # the default learner; the env step after the batch gather
-        "device-env-sensors-every-substep": (True, True),  # the default learner; sensors in every substep
-        "device-env-acceleration-sensors": (True, True),  # the default learner; the acceleration stage's sensors
-        "device-env-draws-in-step": (True, True),  # the default learner; the env's draws in the step
-        "device-env-torch-step": (True, True),  # the default learner; the env's work in torch, reset every step
-        "device-env-no-step-split": (True, True),  # the default learner; no timestamps of the env step's parts
         "aligned-products": (True, True),  # the default learner; its products on aligned widths set explicitly
         "no-aligned-products": (True, True),  # the default learner; its products on their own widths
         "combo-kernels": (True, True),  # the default learner; Inductor's combo kernels set explicitly

@@ -49,22 +49,6 @@ COLLECTOR_KEY = "training.collector"
 #: The patched config's start on the eager path while a helper process compiles (unilab 0007:
 #: ``auto``, the default, is on with one rank on a CUDA device).
 COMPILE_BEHIND_KEY = "training.compile_behind"
-#: The patched config's stream of the device env (flashsac_runtime.envs): ``own`` (non-blocking) or ``warp``.
-DEVICE_ENV_STREAM_KEY = "training.device_env_stream"
-#: The patched config's physics sensors of the device env (flashsac_runtime.envs): ``last_substep`` or ``every_substep``.
-DEVICE_ENV_SENSORS_KEY = "training.device_env_sensors"
-#: The patched config's draws of the device env taken a step ahead, beside the step (flashsac_runtime.envs): true or false.
-DEVICE_ENV_DRAWS_AHEAD_KEY = "training.device_env_draws_ahead"
-#: The patched config's form of the device env's work between the physics and the reset (flashsac_runtime.envs): ``torch``
-#: or ``fused`` (the default, with its reset only on a step with a done row, flashsac_runtime.envs).
-DEVICE_ENV_TERMS_KEY = "training.device_env_terms"
-DEVICE_ENV_STEP_SPLIT_KEY = "training.device_env_step_split"
-#: The patched config's read-back of the device collector (unilab 0005): an iteration behind, or at its end.
-HOST_AHEAD_KEY = "training.collector_host_ahead"
-#: The patched config's start of the device env step beside the learner (unilab 0005): after the action, or
-#: after the batch gather.
-ENV_STEP_EARLY_KEY = "training.collector_env_step_early"
-
 #: Configuration names of runs committed before the whole-cycle graph had one name.
 LEGACY_NAMES: dict[str, str] = {
     "iteration-graph": "whole-cycle-graph",
@@ -116,8 +100,6 @@ class BenchConfig:
     reference: Literal["baseline", "upstream", None] = None
     requires_key: str | None = None
     training: tuple[tuple[str, int | str], ...] = ()
-    #: The collectors it runs with (None: any); the others are refused in one line.
-    collectors: tuple[str, ...] | None = None
     hyperparameters: tuple[tuple[str, float], ...] = ()
     environment: tuple[tuple[str, str], ...] = ()
     #: The physics it runs on (None: any); the others are refused in one line.
@@ -173,51 +155,6 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="eager iterations while a helper process compiles, the compiled paths from a later "
                           "boundary (uni_rl 0014): the tree's default with one rank on a CUDA device; compare "
                           "launch to first iteration and to the end with patched-default"),
-        BenchConfig("device-env-warp-stream", "patched defaults + the device env on Warp's blocking stream", "overlay",
-                    (), requires_key=DEVICE_ENV_STREAM_KEY, training=(("device_env_stream", "warp"),),
-                    collectors=("device",),
-                    notes="the env step on MuJoCo Warp's own blocking stream, which synchronizes implicitly with "
-                          "the learner's default stream (MuJoCo Warp's own blocking stream): compare with "
-                          "patched-default for what the non-blocking stream gains"),
-        BenchConfig("device-env-sensors-every-substep", "patched defaults + the device env's sensors in every "
-                    "physics substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
-                    training=(("device_env_sensors", "every_substep"),), collectors=("device",),
-                    notes="MuJoCo Warp's step computes every stage's sensors in each substep (the step before "
-                          "flashsac_runtime.envs); the default computes the position and velocity sensors in the last "
-                          "substep only (flashsac_runtime.envs), with bitwise the same values of every sensor the env reads: "
-                          "compare with patched-default for what the skipped sensor kernels gain"),
-        BenchConfig("device-env-acceleration-sensors", "patched defaults + the device env's acceleration-stage "
-                    "sensors in the last substep", "overlay", (), requires_key=DEVICE_ENV_SENSORS_KEY,
-                    training=(("device_env_sensors", "last_substep"),), collectors=("device",),
-                    notes="the last substep computes every stage's sensors, the accelerometers and the foot contact "
-                          "sensors too, which G1 Walk Flat does not read: compare "
-                          "with patched-default for what leaving out the acceleration stage gains"),
-        BenchConfig("device-env-draws-in-step", "patched defaults + the device env's draws taken in the step, after "
-                    "the physics (its work in torch, its reset on every step)", "overlay", (),
-                    requires_key=DEVICE_ENV_DRAWS_AHEAD_KEY,
-                    training=(("device_env_draws_ahead", "false"), ("device_env_terms", "torch"),
-                              ("device_env_reset", "every_step")), collectors=("device",),
-                    notes="each env step's random draws, and what follows from them alone (about half of its torch "
-                          "work), taken inside the step after the physics, where UniLab's env takes them (UniLab's "
-                          "order); the fused work and the reset only when done read the draws taken "
-                          "ahead, so this runs the torch step with the reset on every step: compare with "
-                          "device-env-torch-step for what taking the draws ahead gains"),
-        BenchConfig("device-env-torch-step", "patched defaults + the device env's work around the physics in torch, "
-                    "its reset on every step", "overlay", (), requires_key=DEVICE_ENV_TERMS_KEY,
-                    training=(("device_env_terms", "torch"), ("device_env_reset", "every_step")),
-                    collectors=("device",),
-                    notes="the env step's terminations, rewards, command, observations and reset of the done rows "
-                          "as about 240 torch operations, the reset on every step, also without a done row; "
-                          "the default does that work as six Warp kernels (flashsac_runtime.envs) "
-                          "and resets only on a step with a done row, a conditional node of the step's CUDA graph "
-                          "(flashsac_runtime.envs), with the same values within float32 rounding: compare with "
-                          "patched-default for what both gain"),
-        BenchConfig("device-env-no-step-split", "patched defaults without the device env's timestamps of its "
-                    "step's parts", "overlay", (), requires_key=DEVICE_ENV_STEP_SPLIT_KEY,
-                    training=(("device_env_step_split", "false"),), collectors=("device",),
-                    notes="no one-thread stamp kernels in the env step (four per step, flashsac_runtime.envs), so no split of "
-                          "the env step into physics, terms and reset in the run JSON: compare with patched-default "
-                          "for what the stamps cost"),
         BenchConfig("aligned-products", "patched defaults + the networks' matrix products on aligned widths",
                     "overlay", (("aligned_products", True),), requires_key=ALIGNED_PRODUCTS_KEY,
                     notes="the actor's and critics' products on operands padded with zeros to widths of a multiple "
@@ -239,18 +176,6 @@ CONFIGS: dict[str, BenchConfig] = {
                     notes="every function the learner compiles without Inductor's combo kernels (the learner "
                           "without them): compare with patched-default for what fewer, larger Triton "
                           "kernels gain"),
-        BenchConfig("read-back-each-iteration", "patched defaults + the device collector waiting at each "
-                    "iteration's end", "overlay", (), requires_key=HOST_AHEAD_KEY,
-                    training=(("collector_host_ahead", "false"),), collectors=("device",),
-                    notes="the host waits for each iteration's end before it reads its results and queues the "
-                          "next (the loop without it): compare with patched-default for what reading "
-                          "an iteration behind gains"),
-        BenchConfig("env-step-after-gather", "patched defaults + the device env step started after the batch "
-                    "gather", "overlay", (), requires_key=ENV_STEP_EARLY_KEY,
-                    training=(("collector_env_step_early", "false"),), collectors=("device",),
-                    notes="the side stream steps the env only once the reward statistics and the batch gather are "
-                          "queued (the loop without it): compare with patched-default for what starting "
-                          "the step right after its action gains"),
         BenchConfig("warp-lazy-build", "patched defaults + MuJoCo Warp's kernels built at their launch", "overlay",
                     (), environment=(("UNISIM_MJWARP_BUILD_WORKERS", "0"),), sims=("mjwarp",),
                     notes="Warp builds each module at its first launch, one after the other (unisim-core "
@@ -420,8 +345,6 @@ def refusal(config: str, sim: str, collector: str = "host", task: str = "g1_walk
         return f"{config} is a reference: the pristine tree has only the host collector (COLLECTOR=host)"
     if entry is not None and entry.sims is not None and sim not in entry.sims:
         return f"{config} changes how MuJoCo Warp starts: it runs on {' or '.join(entry.sims)} only (SIM={entry.sims[0]})"
-    if entry is not None and entry.collectors is not None and collector not in entry.collectors:
-        return f"{config} runs with the {' or '.join(entry.collectors)} collector only (COLLECTOR={entry.collectors[0]})"
     if chosen.sims is not None and sim not in chosen.sims:
         return (f"the {chosen.label} ({COLLECTOR_KEY}={chosen.name}) runs on {', '.join(chosen.sims)} only: "
                 f"UniLab's G1 Walk Flat has a device env on MuJoCo Warp only (SIM=mjwarp), not on {sim}")

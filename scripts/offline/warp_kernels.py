@@ -18,7 +18,7 @@ only where the host would build exactly that module; any other is built there as
 creates for a model are keyed on array sizes: the world counts given (the report's 256 and UniLab's 4096 by
 default) are the ones covered.
 
-The device env's own kernels (its fused step, ``training.device_env_terms=fused``) are generated from the task's
+The device env's own kernels (its fused step) are generated from the task's
 config and the env count once the env is bound, so for them the child builds the device env on Warp's CPU device
 at each world count and resets it; its physics' kernels are then compiled for the CPU, into a cache of their own
 (``cpu_cache``), never into the wheelhouse.

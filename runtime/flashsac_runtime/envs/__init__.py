@@ -22,24 +22,18 @@ def make_g1_walk_device_env(num_envs: int, device: torch.device, seed: int, *,
                             acceleration_sensors: bool = False,
                             draws_ahead: bool = True, reset_only_when_done: bool = True,
                             fused_terms: bool = True, step_split: bool = True) -> G1WalkDeviceEnv:
-    """The G1 Walk Flat device env; ``numpy_draws`` feeds it UniLab's own NumPy draws (sameness tests only),
-    ``graph=False`` keeps its step eager on CUDA (the step is otherwise one CUDA graph from the second on),
-    ``own_stream=False`` runs it on Warp's blocking stream (``training.device_env_stream=warp``),
-    ``sensors_every_substep=True`` computes the sensors in every physics substep, not only the last
-    (``training.device_env_sensors=every_substep``; the same values, for comparison), ``acceleration_sensors=True``
-    computes the acceleration stage's sensors too (accelerometers, contact sensors: the task reads none of them;
-    ``training.device_env_sensors=last_substep``; the same values of every sensor it reads, for comparison),
-    ``draws_ahead=False`` takes
-    each step's random draws, and what follows from them alone, inside the step, where UniLab's env does, not beside
-    the step before it (``training.device_env_draws_ahead=false``; the same values, for comparison; UniLab's NumPy
-    draws need it, and the torch step with the reset on every step, below), ``reset_only_when_done=False`` runs the
-    reset of the done rows on every step, not only on a step with a done row as a conditional node of the step's
-    CUDA graph (``training.device_env_reset=every_step``; the same outputs, for comparison), ``fused_terms=False``
-    does the step's work around the physics (terminations, rewards, command, observations, the reset of the done
-    rows) as about 240 torch operations, not as six Warp kernels of its own (``training.device_env_terms=torch``;
-    the same values within float32 rounding, for comparison), ``step_split=False`` leaves out the step's timestamps
-    of its parts (``step_stamps``: the physics, the terms, the reset; ``training.device_env_step_split=false``).
-    The env's own keyword defaults stay the torch step with the reset on every step, without timestamps."""
+    """The G1 Walk Flat device env as training uses it: its own non-blocking stream, the position and velocity
+    sensors in the last substep only, draws taken a step ahead, the work around the physics as six Warp kernels,
+    the reset only on a step with a done row, and timestamps of the step's parts (``step_stamps``).
+
+    The other forms are the references the sameness checks step beside it, not choices for training:
+    ``numpy_draws`` feeds UniLab's own NumPy draws, which are taken in the step (``draws_ahead=False``) and so
+    need the work in torch operations (``fused_terms=False``, equal to the fused kernels within float32 rounding)
+    and the reset on every step (``reset_only_when_done=False``); ``sensors_every_substep`` and
+    ``acceleration_sensors`` compute the sensors as MuJoCo Warp's own step does (the values the env reads are
+    bitwise the same); ``own_stream=False`` keeps Warp's blocking stream; ``graph=False`` keeps the step eager on
+    CUDA; ``step_split=False`` leaves the timestamps out. The env class's own keyword defaults stay the torch
+    step with the reset on every step, without timestamps."""
     import numpy as np
 
     from unilab.base.env_factory import make_registry_env

@@ -395,7 +395,7 @@ class G1WalkDeviceEnv:
     def describe(self) -> dict[str, str]:
         """The form of the step as it runs (the device runner records it in the run's ``runtime_manifest``): its CUDA
         graph (``captured``; ``off`` on the CPU or without graph-safe draws; ``eager (capture failed: ...)``), and
-        the values of the switches it honours, as ``training.device_env_*`` names them."""
+        the form of each part it was built with (stream, sensors, draws, reset, terms, timestamps)."""
         return {"step_graph": self.graph_status, "stream": self.sim.stream_kind, "sensors": self.sim.sensors_in,
                 "draws_ahead": "true" if self._draws_ahead else "false",
                 "reset": "when_done" if self._reset_only_when_done else "every_step",

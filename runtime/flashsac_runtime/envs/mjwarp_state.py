@@ -277,7 +277,7 @@ class SensorSlots(dict):
 
     def __getitem__(self, name: str) -> tuple[int, int]:
         if name in self.uncomputed:
-            raise ValueError(f"the device env reads {name}, an acceleration-stage sensor, which "
-                             "training.device_env_sensors=position_velocity does not compute; set "
-                             "training.device_env_sensors=last_substep")
+            raise ValueError(f"the device env reads {name}, an acceleration-stage sensor, which it does not "
+                             "compute (only the position and velocity stages'); its factory must pass "
+                             "acceleration_sensors=True")
         return super().__getitem__(name)

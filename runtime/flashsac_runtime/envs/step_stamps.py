@@ -13,7 +13,7 @@ host's order as they are launched, so the host's clock at the launch is the boun
 writes it.
 
 Each stamp is one launch of one thread, four per step: a few microseconds of a step of milliseconds, on the env's
-stream only (``training.device_env_step_split=false`` leaves them out).
+stream only.
 """
 
 from __future__ import annotations
