@@ -117,18 +117,6 @@ def _kernel_build_module(overlay: Path) -> Any:
     return module
 
 
-def test_cuda_modules_build_as_cubin_unless_asked_otherwise(applied_session: tuple[Path, Path]) -> None:
-    """unisim 0004: cubin by default, ptx or Warp's own choice (auto) on request; a typo is one clear error, not
-    taken for the default (the control). The physics of the two forms on an H200 is in
-    results/2026-12-04-h200-warp-kernel-cache (no GPU here)."""
-    module = _kernel_build_module(applied_session[1])
-    switch = module.CUDA_OUTPUT_ENV
-    assert module.cuda_output({}) == module.cuda_output({switch: " "}) == "cubin"
-    assert module.cuda_output({switch: "ptx"}) == "ptx" and module.cuda_output({switch: "auto"}) is None
-    with pytest.raises(ValueError, match=r"^UNISIM_MJWARP_CUDA_OUTPUT must be cubin, ptx or auto, got 'cubn'$"):
-        module.cuda_output({switch: "cubn"})
-
-
 def test_unset_builds_ahead_on_cuda_and_at_launch_on_the_cpu_device_with_one_worker(applied_session: tuple[Path, Path]) -> None:
     module = _kernel_build_module(applied_session[1])
     cpus = len(os.sched_getaffinity(0))

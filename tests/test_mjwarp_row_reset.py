@@ -5,9 +5,10 @@
    model with per-world gains, masses and frictions. Controls: without the gather, and over the main model as
    unisim-core 1.7.8's scratch did, the check must fail.
 2. A G1 Walk Flat trajectory on MJWarp (Warp's CPU device, unisim 0002's opt-in) with autoreset and the pd_gains
-   reset randomization is bitwise the same through the row route and through the whole-array route
-   (UNISIM_MJWARP_ROW_RESET=0, 1.7.8's commit). Control: a copy of the overlay whose scatter writes every reset
-   row from the first row's values must differ, which also shows that the row route ran.
+   reset randomization is bitwise the same through the row route and through the whole-array route of 1.7.8 (an
+   overlay built from the series without the row-wise reset and the build ahead, unisim 0003-0004). Control: a
+   copy of the overlay whose scatter writes every reset row from the first row's values must differ, which also
+   shows that the row route ran.
 """
 
 from __future__ import annotations
@@ -25,18 +26,24 @@ from conftest import ONE_THREAD, PROJECT, runnable_tree, side_by_side
 
 sys.path.insert(0, str(PROJECT / "experiments" / "profile"))
 from collector_profile import compare_trajectories  # noqa: E402
+from patchset.overlay import build  # noqa: E402
+from patchset.scratch import pristine_trees  # noqa: E402
+from patchset.series import load_series  # noqa: E402
 
 CHECK = PROJECT / "experiments" / "evidence" / "mjwarp_scratch_check.py"
 HARNESS = PROJECT / "experiments" / "profile" / "collector_profile.py"
 ROW_COMMIT = Path("flashsac_runtime/mjwarp/row_commit.py")
 SCATTER_LINE = "target[rows[row], column] = source[row, column]"
+#: The patches of the row-wise reset and of the build ahead (which builds the row commit's kernels too).
+ROW_RESET_PATCHES = ("unisim/0003-mjwarp-reset-commits-only-reset-rows.patch",
+                     "unisim/0004-mjwarp-builds-its-kernels-ahead.patch")
 #: Steps of the G1 trajectory: the first row-route resets come after about 28 steps of random actions.
 STEPS = 45
 NUM_ENVS = 64
 
 
 def warp_cpu_env(pythonpath: list[str], **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "UNISIM_MJWARP_ROW_RESET")}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH=os.pathsep.join(pythonpath), MUJOCO_GL="disable", UNISIM_MJWARP_ALLOW_CPU="1",
                **ONE_THREAD, **extra)
     return env
@@ -82,6 +89,14 @@ def test_row_route_trajectory_is_bitwise_the_whole_array_route(
     tree: Path, applied_session: tuple[Path, Path], tmp_path: Path
 ) -> None:
     overlay = applied_session[1]
+    whole_array = tmp_path / "overlay-whole-array-reset"
+    series = load_series(PROJECT / "patches")
+    older = type(series)([p for p in series.patches if p.name not in ROW_RESET_PATCHES], "")
+    assert len(older.patches) == len(series.patches) - len(ROW_RESET_PATCHES)
+    files, _ = build({t: pristine_trees()[t] for t in ("uni_rl", "unisim")}, older)
+    for rel, (data, _) in files.items():
+        (whole_array / rel).parent.mkdir(parents=True, exist_ok=True)
+        (whole_array / rel).write_bytes(data)
     broken = tmp_path / "overlay-broken-scatter"
     shutil.copytree(overlay, broken)
     source = (broken / ROW_COMMIT).read_text()
@@ -89,7 +104,7 @@ def test_row_route_trajectory_is_bitwise_the_whole_array_route(
     (broken / ROW_COMMIT).write_text(source.replace(SCATTER_LINE, "target[rows[row], column] = source[0, column]"))
     # Three independent processes (one torch thread each): side by side, one per core.
     whole, rows, broken_rows = side_by_side(
-        lambda: trajectory(tree, overlay, tmp_path / "whole.npz", UNISIM_MJWARP_ROW_RESET="0"),
+        lambda: trajectory(tree, whole_array, tmp_path / "whole.npz"),
         lambda: trajectory(tree, overlay, tmp_path / "rows.npz"),
         lambda: trajectory(tree, broken, tmp_path / "broken.npz"))
     assert int(whole["reset_mask"].sum()) > 0

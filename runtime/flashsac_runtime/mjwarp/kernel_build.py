@@ -46,8 +46,13 @@ from typing import Any
 
 #: The switch: the number of build workers (see the module's docstring).
 BUILD_WORKERS_ENV = "UNISIM_MJWARP_BUILD_WORKERS"
-#: The switch: the form Warp builds CUDA modules in (``cuda_output``'s docstring).
-CUDA_OUTPUT_ENV = "UNISIM_MJWARP_CUDA_OUTPUT"
+#: The form Warp builds this backend's CUDA modules in. Why cubin: Warp's own choice, where the driver is at
+#: least as new as its CUDA toolkit, is PTX, which the driver compiles to the GPU's code again at every module load
+#: of a process whose driver cache lacks it; on a freshly started H200 those loads took turns, about 25 s with every
+#: G1 module already in Warp's kernel cache (results/2026-12-04-h200-warp-kernel-cache). A cubin is the GPU's code
+#: itself, built by Warp's compiler from the same source with the same options, and loads at once; the physics of
+#: the two forms was compared bitwise on a GPU in that study.
+CUDA_OUTPUT = "cubin"
 #: MuJoCo Warp's modules that its forward and step launch for every model.
 CORE_MODULES = tuple(f"mujoco_warp._src.{name}" for name in (
     "smooth", "sensor", "passive", "solver", "forward", "derivative", "support", "constraint"))
@@ -68,7 +73,7 @@ class KernelBuild:
     modules: int
     seconds: float
     failed: tuple[str, ...] = ()
-    cuda_output: str | None = None  # the form CUDA modules were built in (None: Warp's choice, or a CPU device)
+    cuda_output: str | None = None  # the form CUDA modules were built in (None: a CPU device)
 
 
 def build_workers(is_cuda: bool, environ: Mapping[str, str] = os.environ) -> int:
@@ -85,24 +90,6 @@ def build_workers(is_cuda: bool, environ: Mapping[str, str] = os.environ) -> int
         if workers < 0:
             raise ValueError(f"{BUILD_WORKERS_ENV} must be auto or a number of workers >= 0, got {raw!r}")
     return workers if is_cuda else min(workers, 1)
-
-
-def cuda_output(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The form Warp builds this backend's CUDA modules in: ``cubin`` (the default) or ``ptx``; ``auto`` (None)
-    leaves Warp's choice; anything else is one clear error.
-
-    Why cubin: Warp's own choice, where the driver is at least as new as its CUDA toolkit, is PTX, which the
-    driver then compiles to the GPU's code at every module load of a process whose driver cache lacks it. On a
-    freshly started H200 those loads take turns: with every G1 module already in Warp's kernel cache the env
-    still spent about 25 s loading them (results/2026-12-04-h200-warp-kernel-cache). A cubin is the GPU's code
-    itself, built by Warp's compiler (the same compile Warp makes for a driver older than its toolkit), and
-    loads at once. The kernels are the same source with the same options; the physics they compute is compared
-    bitwise on a GPU in that study.
-    """
-    raw = environ.get(CUDA_OUTPUT_ENV, "").strip() or "cubin"
-    if raw not in ("cubin", "ptx", "auto"):
-        raise ValueError(f"{CUDA_OUTPUT_ENV} must be cubin, ptx or auto, got {raw!r}")
-    return None if raw == "auto" else raw
 
 
 def modules_to_build() -> list[Any]:
@@ -183,7 +170,7 @@ def build_ahead(wp: Any, device: Any, calls: Callable[[], None]) -> KernelBuild:
     ``calls`` runs once with Warp's launches recorded, not run (``_launches_recorded``); it must touch only
     arrays made for it (the backend passes a scratch ``Data``).
     """
-    output = cuda_output() if device.is_cuda else None
+    output = CUDA_OUTPUT if device.is_cuda else None
     if device.is_cuda:
         wp.config.cuda_output = output  # before the first module of the physics is built or loaded
     workers = build_workers(bool(device.is_cuda))
