@@ -72,3 +72,48 @@ def test_a_misnamed_folder_is_refused(project: Path) -> None:
     (project / "results" / "h200-latest").rename(project / "results" / "2026-12-01-a100-bench")
     with pytest.raises(ValueError, match="unknown machine 'a100'"):
         results_index.render(project)
+
+
+#: A folder that left the tree (results/removed.json), with the last commit that has it.
+GONE = "2026-12-04-h200-learner-construction"
+
+
+def test_removed_folders_are_listed_with_the_commit_git_gives() -> None:
+    """Each folder of results/removed.json is gone from the tree and listed with its last commit; where git can
+    tell (a clone), that commit has the folder and is the one git derives. Control: a folder still in the tree
+    has a last commit too, and a name never committed has none."""
+    listed = results_index.removed()
+    assert GONE in listed and not (PROJECT / "results" / GONE).exists()
+    text = (PROJECT / results_index.INDEX).read_text(encoding="utf-8")
+    assert "## Folders that left the tree" in text
+    assert all(f"| {name} | `{entry['last_commit']}` |" in text for name, entry in listed.items())
+    if results_index.last_commit(PROJECT, "2026-12-06-h100-headline") is None:
+        pytest.skip("no git history here: the recorded commits stand")
+    for name, entry in listed.items():
+        assert results_index.last_commit(PROJECT, name) == entry["last_commit"]
+        assert results_index._git(PROJECT, "cat-file", "-e", f"{entry['last_commit']}:results/{name}") is not None
+    assert results_index.last_commit(PROJECT, "2000-01-01-h200-never-committed") is None
+
+
+def test_the_removed_list_works_without_git_and_is_checked(project: Path) -> None:
+    """In a copy outside the repository the recorded commit stands. Controls: a listed folder still in the tree,
+    one without a commit, a doc linking into a removed folder, and a changed reason each fail or go stale."""
+    gone = project / results_index.REMOVED
+    gone.write_text('{"%s": {"why": "cited by nothing", "last_commit": "0123456789ab"}}\n' % GONE, encoding="utf-8")
+    assert not results_index.is_current(project)
+    results_index.write(project)
+    assert results_index.is_current(project)
+    assert f"| {GONE} | `0123456789ab` | cited by nothing |" in (project / results_index.INDEX).read_text()
+    gone.write_text(gone.read_text().replace("cited by nothing", "superseded"), encoding="utf-8")
+    assert not results_index.is_current(project)
+    (project / "results" / GONE).mkdir()
+    with pytest.raises(ValueError, match="still in the tree"):
+        results_index.render(project)
+    (project / "results" / GONE).rmdir()
+    gone.write_text('{"%s": {"why": "cited by nothing"}}\n' % GONE, encoding="utf-8")
+    with pytest.raises(ValueError, match="git cannot tell"):
+        results_index.render(project)
+    gone.write_text('{"%s": {"why": "cited by nothing", "last_commit": "0123456789ab"}}\n' % GONE, encoding="utf-8")
+    (project / "docs" / "tests.md").write_text(f"[old](../results/{GONE}/)\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="which left the tree"):
+        results_index.render(project)

@@ -8,7 +8,7 @@ when the policy reports the failure and answers eagerly with finite outputs, the
 capture is current again, and the allocator's event sweep (``empty_cache``) passes after a round of allocations.
 ``--leave-open`` turns ``cuda_capture.close_failed_capture`` into a no-op: the control. It leaves the allocator
 counting a capture under way, the state in which, on an H200 with torch 2.11, a failed device env capture
-aborted the process at that sweep (``results/2026-12-05-h200-env-draws-sensors/``).
+aborted the process at that sweep (``results/2026-12-05-h200-env-draws-sensors/`` in commit 44628292896f).
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 without CUDA (one line). A process the control
 aborts prints nothing and exits with the signal's status.

@@ -11,7 +11,7 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_build.make_device_env``), se
             follow. The step's graph must write into none of them: its torch temporaries live in pools of its own
             (flashsac_runtime.envs). ``--shared-pool`` captures without the env's own pool (MuJoCo Warp's conditional
             nodes end and resume the capture): the control. On an H200 with torch 2.11 the control's probes came
-            through untouched too (``results/2026-12-05-h200-env-draws-sensors/``): there the check shows no
+            through untouched too (``results/2026-12-05-h200-env-draws-sensors/`` in commit 44628292896f): there the check shows no
             temporaries in the shared pool either way, and is no gate.
   draws     two envs taking their draws ahead from one seed, one replaying its graphs (the step's and the
             draws'), one eager: after each of ``--steps`` steps the draws the next step will read must be

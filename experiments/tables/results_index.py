@@ -8,12 +8,24 @@ they record them (run JSONs: ``started_utc``, ``device``, ``series_sha256``; stu
 ``torch_version``, ``machine.versions``), what it measured from the title of its README (or of its reports), and
 which docs cite it from README.md and docs/*.md. ``python experiments/tables/results_index.py`` writes the index;
 ``--check`` exits 1 when results/README.md disagrees with results/ (the test suite runs it).
+
+A folder that no longer backs the product leaves the tree (git history keeps it) and is listed in
+``results/removed.json`` (folder → why it left, and the last commit that has it); the index's section *Folders
+that left the tree* is generated from that list. The commit comes from git: the last commit that touched the
+folder, or, when that is the commit deleting it, the last one before it (``git log -1 -- results/<folder>`` run on
+its parent), as 12 hex digits. Writing the index fills and corrects the list's commits; ``--check`` fails when a
+recorded commit is not the one git gives. Where git cannot tell (no git, a copy outside the repository, a shallow
+clone without the commit), the recorded commit stands, so the index is generated and checked the same without
+git. Removing a folder: ``git rm -r results/<folder>``, add it with its reason to ``results/removed.json``, run
+this script.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,6 +39,10 @@ import headline_table  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2]
 INDEX = Path("results") / "README.md"
+#: The folders that left the tree: name → {"why": ..., "last_commit": ...} (the commit filled by this script).
+REMOVED = Path("results") / "removed.json"
+#: Hex digits of a recorded commit: fixed, since ``%h``'s length depends on the clone.
+COMMIT_DIGITS = 12
 #: The machine token of a folder name → the machine, in words.
 MACHINES = {
     "h200": "lent NVIDIA H200, 16 CPU cores",
@@ -132,11 +148,90 @@ def _row(folder: Path, cited: list[str]) -> str:
             f"{', '.join(f'`{s}`' for s in sorted(series)) or 'not recorded'} | {measured(folder)} | {links} |")
 
 
+def _git(root: Path, *args: str) -> str | None:
+    """A git command's stripped output in ``root``, or None where git cannot answer (no git, no repository)."""
+    try:
+        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def last_commit(root: Path, name: str) -> str | None:
+    """The last commit whose tree has ``results/<name>`` (COMMIT_DIGITS hex), or None where git cannot tell."""
+    if _git(root, "rev-parse", "--show-toplevel") != str(root.resolve()):
+        return None  # not the root of a repository (a copy of the project): git would answer for another tree
+    path = f"results/{name}"
+    commit = _git(root, "log", "-1", "--format=%H", "HEAD", "--", path)
+    if not commit:
+        return None
+    if _git(root, "cat-file", "-e", f"{commit}:{path}") is None:  # the commit that deleted it
+        commit = _git(root, "log", "-1", "--format=%H", f"{commit}^", "--", path)
+        if not commit or _git(root, "cat-file", "-e", f"{commit}:{path}") is None:
+            return None
+    return commit[:COMMIT_DIGITS]
+
+
+def removed(root: Path = PROJECT) -> dict[str, dict[str, str]]:
+    """results/removed.json as this script writes it: each listed folder's reason and last commit (from git where
+    it can tell, else as recorded). A listed folder still in the tree, or one without a commit, is an error."""
+    path = root / REMOVED
+    listed = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    out: dict[str, dict[str, str]] = {}
+    for name in sorted(listed):
+        entry = listed[name]
+        if (root / "results" / name).exists():
+            raise ValueError(f"results/{name} is listed in {REMOVED} but is still in the tree")
+        if not str(entry.get("why", "")).strip():
+            raise ValueError(f"{REMOVED}: {name} says no reason (\"why\")")
+        commit = last_commit(root, name) or entry.get("last_commit", "")
+        if not re.fullmatch(rf"[0-9a-f]{{{COMMIT_DIGITS}}}", commit):
+            raise ValueError(f"{REMOVED}: {name} has no last commit and git cannot tell it here")
+        out[name] = {"why": entry["why"], "last_commit": commit}
+    return out
+
+
+def removed_text(root: Path = PROJECT) -> str:
+    return json.dumps(removed(root), indent=2, ensure_ascii=False) + "\n"
+
+
+def _removed_section(root: Path, cited: dict[str, list[str]]) -> str:
+    """The index's section on the folders that left; a doc that still links into one of them is an error (it
+    names the folder with its commit instead)."""
+    gone = removed(root)
+    if not gone:
+        return ""
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        for name in gone:
+            if re.search(rf"\]\((?:\.\./)?results/{re.escape(name)}\b", text):
+                raise ValueError(f"{doc.relative_to(root).as_posix()} links to results/{name}, which left the tree: "
+                                 f"cite it with its commit {gone[name]['last_commit']}")
+    rows = "\n".join(
+        f"| {name} | `{entry['last_commit']}` | {entry['why']} | "
+        f"{', '.join(f'[{doc}](../{doc})' for doc in cited.get(name, [])) or 'none'} |"
+        for name, entry in gone.items())
+    return f"""
+## Folders that left the tree
+
+Evidence that no longer backs the product: superseded by a newer study, cited by nothing, or a step on the way.
+Listed in `removed.json` with the last commit that has each (from git); read one with
+`git show <commit>:results/<folder>/README.md`, or restore it with `git checkout <commit> -- results/<folder>`.
+
+| folder | last commit with it | why it left | cited by (with its commit) |
+|---|---|---|---|
+{rows}
+"""
+
+
 def render(root: Path = PROJECT) -> str:
-    """The whole index: a short preamble, then one row per folder under results/, in name order."""
+    """The whole index: a short preamble, then one row per folder under results/, in name order, then the folders
+    that left the tree."""
     cited = citations(root)
     folders = sorted(p for p in (root / "results").iterdir() if p.is_dir())
     rows = "\n".join(_row(folder, cited.get(folder.name, [])) for folder in folders)
+    gone = _removed_section(root, cited)
     return f"""# Evidence folders
 
 Generated by `experiments/tables/results_index.py` from the folders below (do not edit by hand; `--check` is part of
@@ -148,13 +243,23 @@ when the run was made; folders are named `<date>-<machine>-<study>` when committ
 | folder | date | machine | versions recorded | series sha256 | what it measured | cited by |
 |---|---|---|---|---|---|---|
 {rows}
-"""
+{gone}"""
 
 
 def is_current(root: Path = PROJECT) -> bool:
-    """Whether ``root``'s results/README.md is exactly what its results/ and docs give."""
-    index = root / INDEX
-    return index.is_file() and index.read_text(encoding="utf-8") == render(root)
+    """Whether ``root``'s results/README.md is exactly what its results/ and docs give, and results/removed.json
+    records the commits git gives (where there is such a list)."""
+    index, listed = root / INDEX, root / REMOVED
+    if not index.is_file() or index.read_text(encoding="utf-8") != render(root):
+        return False
+    return not listed.is_file() or listed.read_text(encoding="utf-8") == removed_text(root)
+
+
+def write(root: Path = PROJECT) -> None:
+    """results/README.md and, where there is one, results/removed.json with its commits filled."""
+    if (root / REMOVED).is_file():
+        (root / REMOVED).write_text(removed_text(root), encoding="utf-8")
+    (root / INDEX).write_text(render(root), encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,12 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if not args.check:
-            (PROJECT / INDEX).write_text(render(), encoding="utf-8")
+            write()
         elif not is_current():
-            print(f"results_index: {INDEX} disagrees with results/ (run `python experiments/tables/results_index.py`)",
-                  file=sys.stderr)
+            print(f"results_index: {INDEX} or {REMOVED} disagrees with results/ and git "
+                  "(run `python experiments/tables/results_index.py`)", file=sys.stderr)
             return 1
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, json.JSONDecodeError) as exc:
         print(f"results_index: error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -5,7 +5,7 @@ Why: Python compiles a module's source to bytecode at import unless a current ``
 ``PYTHONDONTWRITEBYTECODE=1``, common in container images, nor in a read-only install). The wheelhouse installs
 with ``pip --no-compile``, and a GPU image's torch may ship without bytecode too: on a freshly lent H200 the
 learner's construction alone spent 7.7 s compiling 1681 files of ``torch._dynamo``, ``torch._inductor`` and
-``sympy`` (``results/2026-12-04-h200-learner-construction/``), at every launch. pip compiles at install by
+``sympy`` (``results/2026-12-04-h200-learner-construction/`` in commit f352b4dba6e1), at every launch. pip compiles at install by
 default; this does the same for the private site folder and the host interpreter's own site-packages.
 
 A file whose ``.pyc`` is current (the source's modification time and size recorded in its header, Python's own
