@@ -10,6 +10,8 @@
 #            With warp-lang listed, the wheelhouse also carries MuJoCo Warp's CUDA kernels for G1, built from the
 #            applied tree (`make apply wheelhouse`) for WARP_ARCHS (default 90: H100/H200; e.g. "80 86 89 90") and
 #            WARP_WORLDS (default 256 4096); `make setup OFFLINE=` puts them into the host's Warp kernel cache.
+#            COMPILE_ARTIFACTS=<dir> (from `make compile-artifacts` on a GPU host) carries the learner's compile
+#            artifacts too; `make setup OFFLINE=` puts them into its compile cache where torch and GPU match.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -41,7 +43,8 @@ STEP = python3 scripts/make_steps.py run $(if $(STEPS_LOG),--log $(STEPS_LOG))
 PATCHSET := env PYTHONPATH=scripts$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m patchset
 OFFLINE_TOOL := env PYTHONPATH=scripts$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m offline
 
-.PHONY: setup apply status revert provenance manifest port-report test test-extended clean wheelhouse
+.PHONY: setup apply status revert provenance manifest port-report test test-extended clean wheelhouse \
+	compile-artifacts
 
 ifdef OFFLINE
 setup:
@@ -83,7 +86,15 @@ manifest: setup
 wheelhouse: setup
 	$(OFFLINE_TOOL) build "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" $(if $(ASSETS),--assets "$(ASSETS)") \
 	  $(if $(WHEEL_LIST),--wheel-list "$(WHEEL_LIST)") $(if $(UNILAB),--unilab-tree "$(UNILAB)") \
-	  $(if $(WARP_ARCHS),--warp-archs $(WARP_ARCHS)) $(if $(WARP_WORLDS),--warp-worlds $(WARP_WORLDS))
+	  $(if $(WARP_ARCHS),--warp-archs $(WARP_ARCHS)) $(if $(WARP_WORLDS),--warp-worlds $(WARP_WORLDS)) \
+	  $(if $(COMPILE_ARTIFACTS),--compile-artifacts "$(COMPILE_ARTIFACTS)")
+
+# On a GPU host with the series applied: the learner's compile artifacts for its torch and GPU, built by one
+# training iteration per setting (scripts/offline/compile_artifacts.py), into COMPILE_ARTIFACTS (default
+# work/compile-artifacts); `make wheelhouse COMPILE_ARTIFACTS=...` carries them to offline hosts.
+compile-artifacts: setup
+	$(OFFLINE_TOOL).compile_artifacts "$(or $(COMPILE_ARTIFACTS),work/compile-artifacts)" \
+	  $(if $(UNILAB),--unilab-tree "$(UNILAB)")
 
 # The series tried on an upstream release from PyPI: TARGET=unilab-rl==<version> or TARGET=unilab==<version>.
 port-report: setup

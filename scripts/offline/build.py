@@ -4,7 +4,8 @@ Layout: wheels/ (the list, for the host's Python and manylinux x86_64), pinned/ 
 unilab-rl base wheel and unisim-core sdist, which the applier and the bench read through PATCHSET_CACHE),
 assets/ (one .tar.xz of the G1 assets laid out like src/unilab/assets/), warp-kernels/ (MuJoCo Warp's CUDA kernels
 for G1, built from the applied tree: warp_kernels.py says why; only when the list holds warp-lang),
-wheelhouse.json and SHA256SUMS. It is
+compile-artifacts/ (the learner's, built on a GPU host: compile_artifacts.py; only when given), wheelhouse.json and
+SHA256SUMS. It is
 built in a temporary sibling folder and renamed into place, so a failed build leaves the previous wheelhouse as it
 was.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from patchset.api import OVERLAY_DIR, PINNED_ARTIFACTS, PatchsetError, embedded_tree, load_pins, pinned_artifact, status
 
-from . import OfflineError, assets, manifest, warp_kernels
+from . import OfflineError, assets, compile_artifacts, manifest, warp_kernels
 from .wheellist import Entry, canonical, check_agreement, read_wheel_list
 
 #: The GPU host's platform: x86_64 Linux; pip picks the newest manylinux wheel each project offers among these.
@@ -143,9 +144,20 @@ def _build_warp_kernels(dest: Path, options: WarpKernels, applied: tuple[Path, P
             "output": record["output"], "modules": len(record["modules"]), "series_sha256": series}
 
 
+def _copy_compile_artifacts(source: Path, dest: Path) -> dict:
+    """The learner's compile artifacts built on a GPU host (``make compile-artifacts``), checked against their
+    record and copied; their record for the manifest."""
+    record = compile_artifacts.load(source)
+    dest.mkdir(parents=True)
+    for name in (*record["files"], compile_artifacts.RECORD):
+        shutil.copyfile(source / name, dest / name)
+    return {key: record[key] for key in ("torch", "triton", "cuda", "gpu", "arch", "settings")}
+
+
 def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path | None = None,
-          kernels: WarpKernels | None = None) -> list[str]:
-    """Build the wheelhouse at dest; returns the lines to print."""
+          kernels: WarpKernels | None = None, artifacts: Path | None = None) -> list[str]:
+    """Build the wheelhouse at dest (with the learner's compile artifacts from ``artifacts``, when given);
+    returns the lines to print."""
     version = python_version(version)
     pins = load_pins()
     entries = read_wheel_list(wheel_list) if wheel_list else read_wheel_list()
@@ -162,6 +174,8 @@ def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path
         asset_source, asset_files = assets.collect(
             work / assets.FOLDER / assets.archive_name(pins["UNILAB_VERSION"]), assets_source)
         applied = _applied_tree(kernels) if any(e.key == "warp-lang" for e in entries) else None
+        artifact_record = (None if artifacts is None else
+                           _copy_compile_artifacts(artifacts.resolve(), work / compile_artifacts.FOLDER))
         wheels = fetch_wheels(entries, work / "wheels", version)
         copy_pinned(work / "pinned", pins)
         archive = work / assets.FOLDER / assets.archive_name(pins["UNILAB_VERSION"])
@@ -169,6 +183,7 @@ def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path
                          _build_warp_kernels(work / warp_kernels.FOLDER, kernels, applied, archive, entries))
         digest = manifest.write(work, {
             "warp_kernels": kernel_record,
+            "compile_artifacts": artifact_record,
             "python_version": version,
             "platforms": list(PLATFORMS),
             "wheel_list": [e.spec for e in entries],
@@ -182,6 +197,8 @@ def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path
         f"wheelhouse {dest}: {len(wheels)} wheels for CPython {version}, {asset_files} G1 asset files, "
         f"{len(PINNED_ARTIFACTS)} pinned files, "
         + (f"{kernel_record['modules']} Warp kernel modules, " if kernel_record else "")
+        + (f"compile artifacts for torch {artifact_record['torch']} on {artifact_record['gpu']}, "
+           if artifact_record else "")
         + f"{size / 2**20:.1f} MiB",
         f"{manifest.MANIFEST} sha256 {digest} (compare it on the GPU host: `make bench OFFLINE=...` prints it)",
     ]

@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="world counts whose Warp kernels are built (default: %(default)s)")
     b.add_argument("--warp-archs", type=int, nargs="+", default=list(build.warp_kernels.ARCHS),
                    help="CUDA architectures they are built for, e.g. 80 86 89 90 (default: %(default)s)")
+    b.add_argument("--compile-artifacts", type=Path, help="the learner's compile artifacts built on a GPU host "
+                                                          "(`make compile-artifacts`) to carry")
     v = sub.add_parser("verify", help="check every sha256 of a wheelhouse")
     v.add_argument("wheelhouse", type=Path)
     i = sub.add_parser("install", help="on the GPU host: verify, then install into a private site folder")
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build":
             kernels = build.WarpKernels(args.unilab_tree, tuple(args.warp_worlds), tuple(args.warp_archs))
-            lines = build.build(args.wheelhouse, args.python_version, args.assets, args.wheel_list, kernels)
+            lines = build.build(args.wheelhouse, args.python_version, args.assets, args.wheel_list, kernels,
+                                args.compile_artifacts)
         elif args.command == "verify":
             record = manifest.verify(args.wheelhouse)
             lines = [f"wheelhouse {args.wheelhouse}: {len(record['files'])} files verified"]

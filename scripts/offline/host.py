@@ -1,6 +1,7 @@
 """On the offline GPU host: verify the wheelhouse, install its wheels into a private site folder, check imports,
 compile the Python bytecode of the site and of the host's own packages (bytecode.py says why), and put the
-wheelhouse's MuJoCo Warp kernels into Warp's kernel cache (warp_kernels.py says why).
+wheelhouse's MuJoCo Warp kernels into Warp's kernel cache (warp_kernels.py says why) and its learner compile
+artifacts into the learner's compile cache folder (compile_artifacts.py).
 
 Nothing is installed before every sha256 matched. The site folder is private (put on PYTHONPATH by the Makefile,
 never the host's own site-packages) and stamped with the manifest's sha256 and the Python version, so later calls
@@ -16,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import OfflineError, bytecode, manifest, warp_kernels
+from . import OfflineError, bytecode, compile_artifacts, manifest, warp_kernels
 from .wheellist import read_wheel_list
 
 STAMP = ".wheelhouse-installed"
@@ -65,6 +66,17 @@ def _seed_warp_kernels(wheelhouse: Path, record: dict, site: Path) -> list[str]:
             f"worlds): {copied} modules put into {cache}, {present} already there"]
 
 
+def _seed_compile_artifacts(wheelhouse: Path, record: dict, site: Path) -> list[str]:
+    """The wheelhouse's compile artifacts into the learner's compile cache folder, where this host's torch and GPU
+    are those they were built with: the line to print, if the wheelhouse has any."""
+    if not record.get("compile_artifacts"):
+        return []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+    folder = wheelhouse / compile_artifacts.FOLDER
+    facts = compile_artifacts.host_facts([sys.executable], env)
+    return [compile_artifacts.seed(folder, compile_artifacts.load(folder), facts, os.environ)]
+
+
 def _compile_bytecode(site: Path) -> str:
     """The site's and the host's packages compiled where their bytecode is missing or stale: the line to print."""
     return bytecode.compile_roots(bytecode.host_roots(site)).line()
@@ -79,7 +91,7 @@ def install(wheelhouse: Path, site: Path, wheel_list: Path | None = None) -> lis
     stamp = f"{digest} python {sys.version.split()[0]}\n"
     if (site / STAMP).is_file() and (site / STAMP).read_text(encoding="utf-8") == stamp:
         return [verified, f"site {site}: already installed", _compile_bytecode(site),
-                *_seed_warp_kernels(wheelhouse, record, site)]
+                *_seed_warp_kernels(wheelhouse, record, site), *_seed_compile_artifacts(wheelhouse, record, site)]
     if site.exists() and any(site.iterdir()) and not (site / STAMP).is_file():
         raise OfflineError(f"{site} exists and was not made from a wheelhouse: remove it or choose another "
                            f"OFFLINE_SITE=")
@@ -100,4 +112,4 @@ def install(wheelhouse: Path, site: Path, wheel_list: Path | None = None) -> lis
             shutil.rmtree(site)
         staged.rename(site)
     return [verified, f"site {site}: installed {len(wheels)} wheels (put it on PYTHONPATH)", _compile_bytecode(site),
-            *_seed_warp_kernels(wheelhouse, record, site)]
+            *_seed_warp_kernels(wheelhouse, record, site), *_seed_compile_artifacts(wheelhouse, record, site)]
