@@ -636,9 +636,11 @@ def write_summary(runs: Sequence[dict[str, Any]], path: Path, *, title: str, not
     described = "; ".join(f"{name}: {envs} envs, batch {batch}, replay_buffer_n {rbn}, learning_starts {ls}"
                           for name, envs, batch, rbn, ls in settings)
     physics = " and ".join(sorted({"MuJoCo Warp" if r.get("backend") == "mjwarp" else "MuJoCo" for r in runs}))
+    names = sorted({str(r.get("task") or bench_configs.DEFAULT_TASK) for r in runs})
+    tasks = ", ".join(bench_configs.TASKS[n].label if n in bench_configs.TASKS else n for n in names)
     text = (
         f"# {title}\n\n"
-        f"G1 Walk Flat ({physics}); settings {described}; "
+        f"{tasks} ({physics}); settings {described}; "
         f"{first.get('iterations')} iterations, statistics over the last {first.get('summary_last')}; times in ms.\n\n"
         f"{notes}\n\n## What users feel: wall per iteration and env steps/s\n\n{throughput_table(runs)}\n\n"
         f"## Timings\n\n{summary_table(runs)}\n\n"
