@@ -163,6 +163,46 @@ def test_a_stop_while_the_trainer_starts_is_one_line(tree: tuple[Path, Path], tm
     assert not _alive(children)
 
 
+#: The entry script's own guard, its imports made (run as a module, not as ``__main__``: no training), with an exit
+#: handler that hangs for ten minutes (an import's thread or handler stuck on the way out); argv[1] says whether the
+#: signal comes while the script still imports, then SIGTERM arrives.
+STOP_WITH_A_HANGING_EXIT = """
+import atexit, os, runpy, signal, sys, time
+entry = runpy.run_path("src/unilab/scripts/train_flashsac.py", run_name="flashsac_entry")
+atexit.register(time.sleep, 600)
+handler = entry["_stopped_outside_training"]
+handler.__globals__["_importing"] = sys.argv[1] == "importing"  # the module's own globals (run_path returns a copy)
+signal.signal(signal.SIGTERM, handler)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(600)
+"""
+
+
+def test_a_stop_outside_the_training_loop_ends_even_if_its_way_out_hangs(tree: tuple[Path, Path]) -> None:
+    """The entry script's guard with an exit handler that hangs: during the imports the process ends at once with
+    the stop line and 143; after them, through Python's exit, which ends the stop's grace (3 s here) after the
+    signal with one more line and 143. Control: with a grace longer than the hang's test, the process is still
+    there after 10 s (it is then killed)."""
+    runs = {name: _popen(tree, "-c", STOP_WITH_A_HANGING_EXIT, phase, FLASHSAC_STOP_GRACE_S=grace)
+            for name, phase, grace in (("imports", "importing", "600"), ("set-up", "set-up", "3"),
+                                       ("control", "set-up", "600"))}
+    started = time.monotonic()
+    out = {}
+    for name in ("imports", "set-up"):
+        _, stderr = runs[name].communicate(timeout=90)
+        out[name] = (runs[name].returncode, stderr.strip().splitlines(), time.monotonic() - started)
+    line = "[train_flashsac] stopped by SIGTERM outside the training loop; no checkpoint to write"
+    code, lines, _ = out["imports"]
+    assert code == 143 and lines[-1:] == [line], lines[-20:]
+    code, lines, ended = out["set-up"]
+    assert code == 143 and lines[-2:] == [
+        line, "[train_flashsac] the stop did not end within 3 s: exiting now (exit 143)"], lines[-20:]
+    time.sleep(max(0.0, 10.0 - (time.monotonic() - started)))
+    assert runs["control"].poll() is None  # without the grace running out, the hang holds the process
+    os.killpg(runs["control"].pid, signal.SIGKILL)
+    runs["control"].communicate(timeout=30)
+
+
 def test_resumed_run_with_the_replay_is_bitwise_the_uninterrupted_one(tree: tuple[Path, Path], tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-W", "ignore", str(HARNESS), "resume-bitwise", "--log-dir",
                            str(tmp_path / "logs")], cwd=tree[0], env=_env(tree), capture_output=True,

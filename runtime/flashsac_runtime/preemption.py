@@ -37,11 +37,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from flashsac_runtime import stop_grace
+
 #: Signals that stop a run gracefully, and the exit code each ends the process with (128 + signal).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: Seconds from the first signal to the forced exit (a graceful stop that hangs still ends).
-GRACE_ENV = "FLASHSAC_STOP_GRACE_S"
-DEFAULT_GRACE_S = 20.0
 #: The key of the resume state inside a checkpoint (beside the learner's own keys).
 STATE_KEY = "training_state"
 #: Test hook: "0" leaves out the collector's parent-death signal (a negative control: an orphan remains).
@@ -133,7 +132,7 @@ class StopSignals:
         self.signum: int | None = None
         self.received_at: float | None = None
         self._previous: dict[int, Any] = {}
-        self._grace_s = float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S))
+        self._grace_s = stop_grace.grace_s()
 
     @property
     def requested(self) -> bool:
