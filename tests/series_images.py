@@ -39,6 +39,14 @@ def applied_files(patches: list[Patch], trees: dict[str, Files]) -> dict[str, tu
     return out
 
 
+def write_tree(root: Path, files: Files) -> None:
+    """Write files planned in memory (relative path -> bytes, mode) under root, e.g. an overlay built by
+    ``patchset.overlay.build``."""
+    for rel, (data, _) in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+
+
 def tree_digest(files: Files) -> str:
     """One digest over a whole tree: each file's path, executable bits and sha256."""
     digest = hashlib.sha256()

@@ -29,6 +29,7 @@ from collector_profile import compare_trajectories  # noqa: E402
 from patchset.overlay import build  # noqa: E402
 from patchset.scratch import pristine_trees  # noqa: E402
 from patchset.series import load_series  # noqa: E402
+from series_images import write_tree  # noqa: E402
 
 CHECK = PROJECT / "experiments" / "evidence" / "mjwarp_scratch_check.py"
 HARNESS = PROJECT / "experiments" / "profile" / "collector_profile.py"
@@ -94,9 +95,7 @@ def test_row_route_trajectory_is_bitwise_the_whole_array_route(
     older = type(series)([p for p in series.patches if p.name not in ROW_RESET_PATCHES], "")
     assert len(older.patches) == len(series.patches) - len(ROW_RESET_PATCHES)
     files, _ = build({t: pristine_trees()[t] for t in ("uni_rl", "unisim")}, older)
-    for rel, (data, _) in files.items():
-        (whole_array / rel).parent.mkdir(parents=True, exist_ok=True)
-        (whole_array / rel).write_bytes(data)
+    write_tree(whole_array, files)
     broken = tmp_path / "overlay-broken-scatter"
     shutil.copytree(overlay, broken)
     source = (broken / ROW_COMMIT).read_text()

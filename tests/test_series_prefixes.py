@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT
-from series_images import applied_files, applied_trees, tree_digest
+from series_images import applied_files, applied_trees, tree_digest, write_tree
 from patchset.overlay import build, own_files
 from patchset.scratch import pristine_trees
 from patchset.series import load_series
@@ -111,12 +111,6 @@ while running:
 """
 
 
-def _write(root: Path, files: dict[str, tuple[bytes, int]]) -> None:
-    for rel, (data, _) in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-
-
 @pytest.fixture(scope="module")
 def trees() -> dict:
     return pristine_trees()
@@ -135,7 +129,7 @@ def test_every_prefix_applies_imports_and_trains_on_cpu(tmp_path: Path, trees: d
             continue
         seen.add(key)
         root = tmp_path / f"prefix-{k:02d}"
-        _write(root, files)
+        write_tree(root, files)
         roots.append(str(root))
     # Negative control: the whole series with the actor loss's temperature no longer detached (the one
     # backward through actor and temperature losses relies on it) still trains, but no longer like 1.3.2.
