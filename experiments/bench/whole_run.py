@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""UniLab's whole training run as a user waits for it: launch → first iteration → the compiled learner → the end.
+
+The bench's figures are a window of the steady state; a user waits for the whole run, its start and its compile
+included. This launches UniLab's own ``train_flashsac.py`` from an applied tree's root with the given Hydra
+overrides (none: UniLab's defaults for the task), times the process from outside, and reads the trainer's own
+records: the TensorBoard event file (``perf/iter_ms`` per iteration, with its wall time, and the mean reward) and
+``run_summary.json`` (compile behind's record: the iteration of the swap to the compiled learner).
+
+  python experiments/bench/whole_run.py --tree work/unilab-1.3.2 --out results/<study>/whole-run \\
+      [--label NAME] [--env KEY=VALUE ...] -- task=g1_walk_flat/mjwarp
+
+Writes ``<label>.json`` and ``<label>-log.txt.gz`` (the run's output, each line with its seconds since launch)
+into ``--out``; the run's interpreter is this one, its ``PYTHONPATH`` the caller's (overlay first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TRAIN = "src/unilab/scripts/train_flashsac.py"
+#: The trainer's per-iteration scalar: one event per logged iteration, stamped with its wall time.
+ITERATION_TAG = "perf/iter_ms"
+#: Besides the overrides given: no play-back and no ONNX export after training (no renderer on a GPU host).
+QUIET = ("training.no_play=true", "training.export_onnx=false")
+
+
+def _scalars(event_file: Path) -> dict[str, list[tuple[float, int, float]]]:
+    """Every scalar tag of a TensorBoard event file: (wall time, step, value) in file order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(event_file), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.wall_time, e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+#: The mean episode reward as uni_rl's off-policy logger writes it (logged once an episode has ended).
+REWARD_TAG = "reward/mean"
+
+
+def summarize(run_dir: Path, launch_unix: float) -> dict[str, Any]:
+    """The times and the reward of one finished run folder, seconds counted from ``launch_unix``."""
+    events = sorted(run_dir.glob("events.out.tfevents.*"))
+    if not events:
+        raise RuntimeError(f"{run_dir} holds no TensorBoard event file")
+    scalars: dict[str, list[tuple[float, int, float]]] = {}
+    for path in events:
+        for tag, rows in _scalars(path).items():
+            scalars.setdefault(tag, []).extend(rows)
+    iterations = scalars.get(ITERATION_TAG, [])
+    if not iterations:
+        raise RuntimeError(f"{run_dir}'s event files hold no {ITERATION_TAG}")
+    first, last = iterations[0], iterations[-1]
+    out: dict[str, Any] = {
+        "event_files": [p.name for p in events], "iteration_tag": ITERATION_TAG,
+        "iterations_logged": len(iterations), "first_step": first[1], "last_step": last[1],
+        "launch_to_first_iteration_s": first[0] - launch_unix, "launch_to_last_iteration_s": last[0] - launch_unix,
+        "env_steps_per_s_first_to_last": (last[1] - first[1]) / max(last[0] - first[0], 1e-9),
+    }
+    if scalars.get(REWARD_TAG):
+        out.update(reward_tag=REWARD_TAG, reward_mean_last=scalars[REWARD_TAG][-1][2])
+    summary_path = run_dir / "run_summary.json"
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        behind = summary.get("compile_behind")
+        out["compile_behind"] = behind
+        if isinstance(behind, dict) and behind.get("swap_iteration") is not None:
+            # The iteration events are in iteration order; the swap is made at the boundary before that iteration.
+            index = min(int(behind["swap_iteration"]), len(iterations) - 1)
+            out["launch_to_compiled_s"] = iterations[index][0] - launch_unix
+    return out
+
+
+def newest_run_dir(root: Path, since_unix: float) -> Path | None:
+    """The run folder the trainer wrote after ``since_unix`` under ``root`` (UniLab's ``logs/<algo>/<task>/<stamp>/``,
+    or the folder ``training.log_dir`` names)."""
+    found = [p.parent for p in root.rglob("events.out.tfevents.*") if p.stat().st_mtime >= since_unix]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def run(tree: Path, overrides: list[str], env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """Launch the trainer, stream its output with timestamps, and return the record and the log lines."""
+    command = [sys.executable, TRAIN, *overrides, *QUIET]
+    launch_unix, launch = time.time(), time.monotonic()
+    proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(f"{time.monotonic() - launch:9.3f} {line.rstrip()}")
+    code = proc.wait()
+    record: dict[str, Any] = {"command": ["python3", *command[1:]], "exit_code": code,
+                              "launch_unix": launch_unix, "launch_to_end_s": time.monotonic() - launch,
+                              "output_lines": len(lines)}
+    named = [o.split("=", 1)[1].strip("'\"") for o in overrides if o.startswith("training.log_dir=")]
+    run_dir = newest_run_dir(tree / (named[-1] if named else "logs"), launch_unix - 1.0)
+    if run_dir is None:
+        record["error"] = "the run made no log folder with a TensorBoard event file"
+        return record, lines
+    record["run_dir"] = str(run_dir.relative_to(tree) if run_dir.is_relative_to(tree) else run_dir)
+    try:
+        record.update(summarize(run_dir, launch_unix))
+    except RuntimeError as exc:
+        record["error"] = str(exc)
+    return record, lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", type=Path, required=True, help="the applied UniLab tree's root")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--label", default="whole-run")
+    parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the run's environment")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
+    args = parser.parse_args()
+    env = dict(os.environ)
+    for item in args.env:
+        key, _, value = item.partition("=")
+        env[key] = value
+    record, lines = run(args.tree.resolve(), args.overrides, env)
+    record["label"] = args.label
+    record["environment"] = {item.partition("=")[0]: item.partition("=")[2] for item in args.env}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.label}.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    with gzip.open(args.out / f"{args.label}-log.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    print(json.dumps({k: record.get(k) for k in ("label", "exit_code", "launch_to_first_iteration_s",
+                                                   "launch_to_compiled_s", "launch_to_end_s", "reward_mean_last",
+                                                   "error")}), flush=True)
+    return 0 if record["exit_code"] == 0 and "error" not in record else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
