@@ -209,16 +209,16 @@ def _trained_on_mjwarp(ran: tuple[subprocess.CompletedProcess, Path]) -> dict:
 def test_hydra_cli_trains_on_the_mjwarp_device_env(ran: tuple[subprocess.CompletedProcess, Path]) -> None:
     """The real device env (flashsac_runtime.envs) behind the switch: UniLab's command line, MuJoCo Warp on Warp's CPU
     device, the task's own factory with the run's env override. The run records the form of the env's step it ran
-    (the tree's defaults: its work around the physics as Warp kernels, its reset only on a step with a done row,
-    flashsac_runtime.envs; no CUDA graph on the CPU)."""
+    (the tree's defaults: the task's terms as torch operations, draws ahead, its reset only on a step with a done
+    row, flashsac_runtime.envs; no CUDA graph on the CPU)."""
     summary = _trained_on_mjwarp(ran)
     assert summary["runtime_manifest"]["device_env"] == {
         "step_graph": "off", "stream": "none", "sensors": "position_velocity", "draws_ahead": "true",
-        "reset": "when_done", "terms": "fused", "step_split": "stamped"}, summary["runtime_manifest"]
+        "reset": "when_done", "terms": "torch", "step_split": "stamped"}, summary["runtime_manifest"]
     # The env step by parts, from the env's timestamps (per step; ``env_step`` is per iteration, and the first
     # iteration steps three times): each part took time, and the parts fit in the step. Which part leads depends on
-    # Warp's kernel cache here (the first step builds the fused kernels inside the terms when it is empty), so the
-    # attribution is ``test_device_env.py``'s. No env step beside the learner on the CPU, so no overlap.
+    # the machine's load, so the attribution is ``test_device_env.py``'s. No env step beside the learner on the CPU,
+    # so no overlap.
     phases = summary["collector_phases_ms"]
     assert set(phases) == PHASES | {"env_physics", "env_terms", "env_reset"}, phases
     assert min(phases["env_physics"], phases["env_terms"], phases["env_reset"]) > 0.0, phases

@@ -33,25 +33,16 @@ thread (conftest.SideBySide); each test asserts on its own.
    (a conditional node of the step's CUDA graph; on the CPU, Warp's direct read of the flag): over 60 steps with time-outs, the env outputs
    and every MuJoCo Warp array stay bitwise as with the reset on every step, except, after a step without a done
    row, the derived arrays the reset's kinematics pass writes (the next step's forward computes them again
-   before reading them), with fewer Warp launches per step; so also with the fused step on both sides. Control:
-   the condition never set differs at the first time-out.
-11. With draws ahead and ``fused_terms``, the step's work between the physics and the reset (terminations, rewards,
-   command, gait, both observation groups) is one Warp kernel and the reset of the done rows five: before each of
-   60 steps with time-outs the torch form runs from the same state, and the episode counters, dones, gait phases,
-   commands and observations stay bitwise, the rewards within 1e-6, and the reset leaves the env's state, the
-   curriculum, the gains and every MuJoCo Warp data array bitwise; the step's graph holds under ten torch
-   operations instead of about 240; a second env count, built beside the first in the same Warp kernel cache, holds
-   too (the kernels' constants are in their cache keys). Controls: the fused kernel built with one reward weight
-   scaled by 1.001 differs at the first step; the reset's gains written to the actuators in reverse order differ at
-   the first time-out.
-12. The step's timestamps of its parts (``step_stamps``: the collector's split of the env step into the physics,
+   before reading them), with fewer Warp launches per step. Control: the condition never set differs at the first
+   time-out.
+11. The step's timestamps of its parts (``step_stamps``: the collector's split of the env step into the physics,
    the terms and the reset) put each part's time where it is spent: 1 s added to one part of every step (the
-   physics' substeps, the fused work after them, the reset's conditional) grows that part in the fastest of four
+   physics' substeps, the terms' work after them, the reset's conditional) grows that part in the fastest of four
    steps by at least 80 % of it and moves the others by less than 30 %, and every read of the ring (a copy, as the
    collector reads it) sees exactly the step since the last one as the ring goes round. The stamp kernel's CUDA side
    (its read of the device clock) builds as an sm_90 cubin with Warp's compiler. Control: the physics' stamp taken before the
    physics moves the physics' time into the terms.
-13. Without the acceleration stage of the sensors (the default: G1 Walk Flat reads none of its accelerometers and
+12. Without the acceleration stage of the sensors (the default: G1 Walk Flat reads none of its accelerometers and
    contact sensors), the env outputs, every other sensor and every MuJoCo Warp array but the post-constraint RNE's
    (``cacc``, ``cfrc_int``, ``cfrc_ext``) stay bitwise as with every stage in the last substep, over 60 steps with
    resets, with fewer Warp launches per step; reading one of those sensors is a one-line error. Control: the
@@ -103,7 +94,6 @@ AHEAD = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "30", "--episod
 AHEAD_CONTROL = ("--mode", "draws-ahead", "--num-envs", "16", "--steps", "2")
 FAILED = ("--mode", "failed-capture", "--num-envs", "16", "--episode-seconds", "0.5")
 RESET = ("--mode", "reset-when-done", "--num-envs", "16", "--episode-seconds", "0.5")
-FUSED = ("--mode", "fused-terms", "--num-envs", "16", "--episode-seconds", "0.5")
 SPLIT = ("--mode", "step-split", "--num-envs", "16", "--steps", "4", "--episode-seconds", "0.5")
 STAGES = ("--mode", "sensor-stages", "--num-envs", "16", "--episode-seconds", "0.5")
 #: Each test's check (the arguments of device_env_check.py); they run side by side (conftest.SideBySide).
@@ -134,12 +124,7 @@ SEQUENCES = {
     "test_a_failed_capture_steps_on_with_the_draws_it_would_have_taken": ((*FAILED, "--steps", "10"),
                                                                           (*FAILED, "--steps", "2", "--no-restore")),
     "test_the_reset_runs_only_on_a_step_with_a_done_row": ((*RESET, "--steps", "60"),
-                                                           (*RESET, "--steps", "26", "--reset-never"),
-                                                           (*RESET, "--steps", "60", "--fused")),
-    "test_the_fused_step_leaves_the_torch_steps_values": ((*FUSED, "--steps", "60"),
-                                                          (*FUSED, "--steps", "3", "--num-envs", "32"),
-                                                          (*FUSED, "--steps", "3", "--perturb-weight", "alive"),
-                                                          (*FUSED, "--steps", "26", "--perturb-gain-cols")),
+                                                           (*RESET, "--steps", "26", "--reset-never")),
     "test_the_step_split_puts_each_parts_time_where_it_is_spent": (SPLIT, (*SPLIT, "--misplaced-stamp")),
     "test_the_acceleration_stage_of_the_sensors_is_left_out_unread": ((*STAGES, "--steps", "60"),
                                                                       (*STAGES, "--steps", "2",
@@ -317,12 +302,9 @@ DERIVED = {"xpos", "xquat", "xmat", "xipos", "ximat", "xanchor", "xaxis", "geom_
 
 
 def test_the_reset_runs_only_on_a_step_with_a_done_row(checks: SideBySide, request: pytest.FixtureRequest) -> None:
-    (rc, same, err), (rc_control, control, err_control), (rc_fused, fused, err_fused) = checks.result(request)
+    (rc, same, err), (rc_control, control, err_control) = checks.result(request)
     assert rc == 0 and same["holds"] and same["first_difference_step"] == {}, (same, err[-3000:])
     assert same["arrays_compared"] > 100 and set(same["kinematics_pass_writes"]) <= DERIVED, same
-    # The same with the fused step on both sides (the fused reset the one that runs or not).
-    assert rc_fused == 0 and fused["holds"] and fused["fused_terms"], (fused, err_fused[-3000:])
-    assert fused["first_difference_step"] == {} and fused["idle_steps"] >= 40, fused
     assert {"qpos", "qvel", "qacc_warmstart", "sensordata"}.isdisjoint(same["kinematics_pass_writes"]), same
     done_steps = same["steps"] - same["idle_steps"]
     assert same["idle_steps"] >= 40 and done_steps >= 2 and same["done_rows"] >= 32, same
@@ -335,39 +317,11 @@ def test_the_reset_runs_only_on_a_step_with_a_done_row(checks: SideBySide, reque
     assert differ["qpos"] == differ["policy_obs"] == 24, differ
 
 
-def test_the_fused_step_leaves_the_torch_steps_values(checks: SideBySide, request: pytest.FixtureRequest) -> None:
-    (rc, same, err), (rc_32, other, err_32), (rc_weight, weight, err_weight), (rc_gains, gains, err_gains) = (
-        checks.result(request))
-    assert rc == 0 and same["equal"] and same["first_difference_step"] == {}, (same, err[-3000:])
-    assert same["steps_compared"] == 60 and same["done_rows"] >= 32, same
-    exact = [name for name in same["outputs_compared"] if name != "reward" and not name.endswith("obs")]
-    assert all(same["bitwise"][name] for name in exact), same["bitwise"]
-    assert all(same["max_rel_diff"][name] <= 1e-6 for name in same["outputs_compared"] if name.endswith("obs"))
-    assert same["max_abs_diff"]["reward"] <= 1e-6, same["max_abs_diff"]
-    assert same["checkpoint_keys_as_torch_step"], same  # a checkpoint resumes with either form
-    reset = same["reset"]
-    assert reset["steps_compared"] == 60 and len(reset["outputs_compared"]) > 100 and all(reset["bitwise"].values())
-    # The torch reset run twice from one state is bitwise itself on Warp's CPU device (a kernel's threads in order);
-    # on CUDA MuJoCo Warp's atomic subtree sums make it differ in the last bits (the check's stated tolerance there).
-    assert same["torch_run_to_run"] == {}, same["torch_run_to_run"]
-    # Another env count, its kernels built beside the first run's in the same Warp kernel cache: the draws' offsets
-    # differ, and a kernel of the first run loaded from the cache would read the wrong noise at once.
-    assert rc_32 == 0 and other["equal"] and other["num_envs"] == 32, (other, err_32[-3000:])
-    ops = {form: counts["torch_compute_ops_in_step_graph"] for form, counts in same["per_step"].items()}
-    assert ops["torch"] >= 200 and ops["fused"] < 10 and ops["fused, reset only when done"] < 10, ops
-    # Controls: the fused kernel's alive weight scaled by 1.001 (10 x 0.001 x 0.02 = 2e-4 per step) differs at once;
-    # the reset's gains written in reverse actuator order differ at the first time-out (step 24 of 0.5 s episodes).
-    assert rc_weight == 1 and not weight["equal"], (weight, err_weight[-3000:])
-    assert weight["first_difference_step"] == {"reward": 0} and weight["max_abs_diff"]["reward"] > 1e-4, weight
-    assert rc_gains == 1 and not gains["equal"] and gains["first_difference_step"] == {}, (gains, err_gains[-3000:])
-    assert gains["reset"]["first_difference_step"] == {"gainprm": 24, "biasprm": 24}, gains["reset"]
-
-
 def test_the_step_split_puts_each_parts_time_where_it_is_spent(checks: SideBySide, request: pytest.FixtureRequest) -> None:
     (rc, split, err), (rc_control, control, err_control) = checks.result(request)
     assert rc == 0 and split["holds"], (split, err[-3000:])
     assert split["parts"] == ["env_physics", "env_terms", "env_reset"] and split["steps_read"] == [1] * 16, split
-    assert split["form"]["step_split"] == "stamped" and split["form"]["terms"] == "fused", split["form"]
+    assert split["form"]["step_split"] == "stamped" and split["form"]["terms"] == "torch", split["form"]
     for part, grown in split["grew_ms"].items():
         assert grown[part] >= 0.8 * split["delay_ms"], (part, grown)
         assert all(abs(value) < 0.3 * split["delay_ms"] for other, value in grown.items() if other != part), grown

@@ -77,7 +77,7 @@ def test_the_learner_kernel_profile_runs_on_the_cpu(tree: tuple[Path, Path]) -> 
 @SMOKE_RUN
 def test_the_env_form_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: Path) -> None:
     out = tmp_path / "forms.json"
-    proc = _run(tree, "device_env_bench.py", "--forms", "torch", "fused-when-done", "fused-when-done-all-sensors",
+    proc = _run(tree, "device_env_bench.py", "--forms", "torch", "torch-when-done", "torch-when-done-all-sensors",
                 "--num-envs", "16", "--steps", "2", "--rounds", "2", "--cpu-smoke", "--output", str(out),
                 UNISIM_MJWARP_ALLOW_CPU="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -86,9 +86,9 @@ def test_the_env_form_bench_runs_on_the_cpu(tree: tuple[Path, Path], tmp_path: P
     (run,) = result["runs"]
     forms = run["forms"]
     assert (forms["torch"]["terms"], forms["torch"]["reset"]) == ("torch", "every_step"), forms
-    assert (forms["fused-when-done"]["terms"], forms["fused-when-done"]["reset"]) == ("fused", "when_done"), forms
-    assert forms["fused-when-done"]["sensors"] == "position_velocity", forms
-    assert forms["fused-when-done-all-sensors"]["sensors"] == "last_substep", forms
+    assert (forms["torch-when-done"]["terms"], forms["torch-when-done"]["reset"]) == ("torch", "when_done"), forms
+    assert forms["torch-when-done"]["sensors"] == "position_velocity", forms
+    assert forms["torch-when-done-all-sensors"]["sensors"] == "last_substep", forms
     assert all(len(blocks) == 2 and min(blocks) > 0 for blocks in run["blocks_ms_per_step"].values()), run
     assert run["ratio_to_first"]["torch"] == 1.0 and run["device"] == "cpu", run
 

@@ -13,8 +13,10 @@ tests/data/series-3acca94a9d68.json records the fully applied trees of the serie
 every target, but for the texts the record lists (comments that named patches by their old numbers, and the
 switches removed since because they measured no gain, each as the text the series has now and the text it had)
 and the modules it added that are now the project's own package (runtime/flashsac_runtime, placed into the
-overlay: each put back at its old path with its old import lines must be the recorded file); dropping any one of
-its patches, or changing a line of the own package, must not.
+overlay: each put back at its old path with its old import lines must be the recorded file; a module the package no longer has
+is recorded whole, as ``dropped``, with why); dropping any one of its patches, or changing a line of the own
+package, must not. tests/sameness_record.py writes the record's entries of the own package from runtime/; its pairs
+are checked here too (unique, in place, giving the old text; an ambiguous pair widened, not accepted).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT
+import sameness_record
 from series_images import applied_files, applied_trees, tree_digest, write_tree
 from patchset.overlay import build, own_files
 from patchset.scratch import pristine_trees
@@ -173,6 +176,10 @@ def _as_recorded(patches: list, trees: dict, runtime: dict | None = None) -> tup
             files[rel] = (text.encode(), 0o644)
         for rel, entry in RECORD["moved"].get(target, {}).items():
             assert rel not in files, (target, rel)
+            if "dropped" in entry:  # a moved module the own package no longer has: its whole old text
+                assert entry["to"] not in runtime and entry["dropped"]["why"].strip(), (target, rel)
+                files[rel] = (entry["dropped"]["text"].encode(), 0o644)
+                continue
             text = runtime[entry["to"]][0].decode()
             for new, old in entry["amended"]:
                 assert text.count(new) == 1, (entry["to"], new)
@@ -199,7 +206,8 @@ def test_the_own_package_is_the_moved_modules_and_docstrings() -> None:
     """runtime/flashsac_runtime holds exactly the modules the record lists as moved, the modules it lists as added
     since (each with why), and package files that are only a docstring: no code reaches the overlay that the
     sameness check above did not compare or the record does not name."""
-    moved = {entry["to"] for entries in RECORD["moved"].values() for entry in entries.values()}
+    moved = {entry["to"] for entries in RECORD["moved"].values() for entry in entries.values()
+             if "dropped" not in entry}
     added = RECORD.get("added", {})
     assert all(why.strip() for why in added.values()) and set(added) <= set(own_files())
     for rel, (data, _) in own_files().items():
@@ -234,3 +242,36 @@ def test_the_sameness_record_catches_a_missing_patch(trees: dict) -> None:
         except Exception:  # noqa: BLE001 - a later patch no longer applying also proves the piece mattered
             continue
         assert got != {t: RECORD["applied"][t]["tree_sha256"] for t in got}, piece.name
+
+
+def test_the_record_tool_holds_on_the_record_and_writes_unique_pairs() -> None:
+    """tests/sameness_record.py: every moved module's entry gives its recorded file from runtime/ (``check``); pairs
+    it writes give the old text back through the test's own replacement, each ``now`` once and in place, widened
+    where a change alone is ambiguous or empty. Controls: a line changed in a copy of runtime/'s text breaks its
+    entry's reconstruction, and a bare pair of a repeated line is not what the tool writes."""
+    assert sameness_record.check(RECORD) == []
+    now = "def f():\n    return 1\n\n\ndef g():\n    return 1\n"
+    then = "def f():\n    return 1\n\n\ndef g():\n    return 2\n\n# added\n"
+    pairs = sameness_record.pairs_for(now, then)
+    assert sameness_record.apply_pairs(now, pairs) == then and all(now.count(new) == 1 for new, _ in pairs)
+    assert ["    return 1\n", "    return 2\n\n# added\n"] not in pairs  # the change alone occurs twice
+    assert sameness_record.pairs_for("x\nx\nx\n", "x\nx\n") == [["x\nx\nx\n", "x\nx\n"]]
+    target, old = "unilab", "src/unilab/envs/device/draws.py"
+    entry = RECORD["moved"][target][old]
+    text = (PROJECT / "runtime" / entry["to"]).read_text()
+    changed = text.replace("from __future__ import annotations", "from __future__ import annotations  # x", 1)
+    assert changed != text and sameness_record.sha256(sameness_record.apply_pairs(changed, entry["amended"])) \
+        != RECORD["applied"][target]["post"][old]
+
+
+def test_the_sameness_record_catches_a_changed_dropped_module(trees: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control: a module recorded as dropped (its whole old text) with one line added is not the recorded
+    trees."""
+    dropped = [(t, rel, e) for t, entries in RECORD["moved"].items() for rel, e in entries.items() if "dropped" in e]
+    assert dropped
+    target, rel, entry = dropped[0]
+    text = entry["dropped"]["text"]
+    monkeypatch.setitem(RECORD["moved"][target], rel,
+                        {**entry, "dropped": {**entry["dropped"], "text": text.replace("\n", "\n# changed\n", 1)}})
+    got, _ = _as_recorded(load_series(PROJECT / "patches").patches, trees)
+    assert got[target] != RECORD["applied"][target]["tree_sha256"]

@@ -11,11 +11,8 @@
 3. ``seed`` puts into the cache what it lacks, never overwrites what it holds, and leaves a cache of another
    Warp version alone; the cache folder is Warp's own answer (``WARP_CACHE_PATH`` honoured).
 4. A wheelhouse whose list holds warp-lang refuses, in one line, a tree the series is not applied to.
-5. The device env's fused step (``training.device_env_terms=fused``) is planned too: its six kernels at each
-   world count, other kernels at another count (but the one counting the done rows: the others hold the count or
-   the draws' offsets, which are the count's, as constants), and its step kernel
-   compiled ahead lands as cubin like MuJoCo Warp's. The env is bound on the CPU for it; what that compiles for the
-   CPU goes into Warp's own cache, not into the wheelhouse. So is the env step's timestamp kernel, once.
+5. The device env's own kernel, the env step's timestamp, is planned too, once (the same module at every world
+   count), without building the env, and compiled ahead it lands as cubin like MuJoCo Warp's.
 """
 
 from __future__ import annotations
@@ -38,10 +35,6 @@ from offline.build import WarpKernels, _applied_tree  # noqa: E402
 H200_LOG = (PROJECT / "results" / "2026-12-04-h200-warp-kernel-cache" / "cubin"
             / "fresh-report-compile-behind-cubin-seeded.log.gz")
 SCRATCH_BROADPHASE = "wp__nxn_broadphase__locals__kernel_cad8873c_cad8873"
-#: The fused step's kernel factories (flashsac_runtime.envs's ``fused_step``), in launch order; the first is the step's.
-FUSED = ("_step_kernel", "_count_kernel", "_curriculum_kernel", "_reset_first_kernel", "_reset_state_kernel",
-         "_reset_observe_kernel")
-FUSED_STEP = FUSED[0]
 #: The env step's timestamp kernel's module (flashsac_runtime.envs).
 STAMPS = "flashsac_runtime.envs.step_stamps"
 
@@ -60,15 +53,14 @@ def h200_modules() -> set[str]:
 
 @pytest.fixture(scope="module")
 def planned(applied_session: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[dict, Path]]:
-    """The child's record at 256 worlds (compiling the backend's own module only) and at 4096 (compiling the fused
-    step's kernel only); the CPU's kernels in Warp's own cache, which the device env's tests share."""
+    """The child's record at 256 worlds (compiling the backend's own module only) and at 4096 (compiling the env
+    step's timestamp kernel only)."""
     tree, overlay = applied_session
-    cpu_cache = warp_kernels.cache_dir(sys.executable)[1]
     out = {}
-    for worlds, only in ((256, "flashsac_runtime.mjwarp."), (4096, FUSED_STEP)):
+    for worlds, only in ((256, "flashsac_runtime.mjwarp."), (4096, STAMPS)):
         dest = tmp_path_factory.mktemp(f"warp-kernels-{worlds}")
         out[worlds] = (warp_kernels.build(dest, tree, overlay, G1_ASSETS, worlds=(worlds,), archs=(90,), jobs=1,
-                                          only=only, cpu_cache=cpu_cache), dest)
+                                          only=only), dest)
     return out
 
 
@@ -99,30 +91,16 @@ def assert_lands_where_warp_looks(record: dict, dest: Path, compiled: list[dict]
     assert not any(entry.get("failed") for entry in record["modules"])
 
 
-def fused(record: dict) -> list[dict]:
-    """The plan's entries of the fused step's kernels, in plan order."""
-    return [entry for entry in record["modules"] if entry["module"].startswith(FUSED)]
-
-
-def test_the_fused_steps_kernels_are_planned_at_each_env_count(planned: dict[int, tuple[dict, Path]]) -> None:
-    at_256, at_4096 = (fused(planned[worlds][0]) for worlds in (256, 4096))
-    for entries in (at_256, at_4096):
-        assert [entry["module"].split("__locals__")[0] for entry in entries] == list(FUSED)
-        assert {entry["block_dim"] for entry in entries} == {256}
-    same = [a["module"].split("__locals__")[0] for a, b in zip(at_256, at_4096, strict=True) if a["id"] == b["id"]]
-    assert same == ["_count_kernel"]  # every other kernel holds the count, or offsets of it, as constants
-    record, dest = planned[4096]
-    compiled = [entry for entry in record["modules"] if "files" in entry]
-    assert [entry["id"] for entry in compiled] == [at_4096[0]["id"]]
-    assert_lands_where_warp_looks(record, dest, compiled)
-
-
 def test_the_step_stamps_kernel_is_planned_once(planned: dict[int, tuple[dict, Path]]) -> None:
     """The env step's timestamp kernel (flashsac_runtime.envs, on by default) is built ahead too: one module, the same at
-    every world count (it holds no count)."""
+    every world count (it holds no count); compiled ahead it lands where Warp looks, as the physics' modules do."""
     ids = [[entry["id"] for entry in planned[worlds][0]["modules"] if entry["module"] == STAMPS]
            for worlds in (256, 4096)]
     assert len(ids[0]) == 1 and ids[0] == ids[1], ids
+    record, dest = planned[4096]
+    compiled = [entry for entry in record["modules"] if "files" in entry]
+    assert [entry["id"] for entry in compiled] == ids[1]
+    assert_lands_where_warp_looks(record, dest, compiled)
 
 
 def test_seed_adds_what_the_cache_lacks_and_keeps_what_it_holds(tmp_path: Path) -> None:

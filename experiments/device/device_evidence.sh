@@ -55,11 +55,8 @@
 #           one after another on GPU 0 at ENV_GRAPH_ENVS (256) envs: the step's memory and its control
 #           (--shared-pool), the draws taken ahead and their control (--offset-shifted), the reset's conditional
 #           node and its controls (--condition-unset, --every-step), a failed capture and its control
-#           (--leave-open), the fused step in the replayed graph (also with the reset only when done) and its
-#           control (--perturb-weight alive), the step's timestamps of its parts in the replayed graph and their
-#           control (--misplaced-stamp); then
-#           the fused step against the torch step on the GPU, eager (experiments/evidence/device_env_check.py
-#           --mode fused-terms), and a failed capture of the learner's graphed inference and its control
+#           (--leave-open), the step's timestamps of its parts in the replayed graph and their control
+#           (--misplaced-stamp); then a failed capture of the learner's graphed inference and its control
 #           (experiments/evidence/capture_failure_check.py [--leave-open]). JSONs in $work/env-graph/.
 #   learner-profile  the learner's kernels per iteration by kind and the largest
 #           (experiments/evidence/learner_kernel_profile.py) from the tree root, one after another on GPU 0: each
@@ -276,14 +273,11 @@ for mode in "$@"; do
       on_gpu 0 env-graph bash -c 'cd "'"$tree"'" || exit 1
         export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
         for run in "memory" "memory --shared-pool" "draws" "draws --offset-shifted" "reset" \
-                   "reset --condition-unset" "reset --every-step" "failed" "failed --leave-open" "fused" \
-                   "fused --reset-when-done" "fused --perturb-weight alive" "split" "split --misplaced-stamp"; do
+                   "reset --condition-unset" "reset --every-step" "failed" "failed --leave-open" "split" \
+                   "split --misplaced-stamp"; do
           python3 "'"$PWD"'/experiments/evidence/device_env_graph_check.py" --mode $run \
             --num-envs "'"${ENV_GRAPH_ENVS:-256}"'" >"'"$work"'/env-graph/${run// /}.json"; echo "$run: exit $?"
         done
-        python3 "'"$PWD"'/experiments/evidence/device_env_check.py" --mode fused-terms --steps 30 \
-          --episode-seconds 0.2 --num-envs "'"${ENV_GRAPH_ENVS:-256}"'" >"'"$work"'/env-graph/fused-terms-eager.json"
-        echo "fused-terms eager: exit $?"
         for run in "" "--leave-open"; do
           python3 "'"$PWD"'/experiments/evidence/capture_failure_check.py" $run \
             >"'"$work"'/env-graph/learner-capture-failure${run// /}.json"; echo "learner capture failure $run: exit $?"

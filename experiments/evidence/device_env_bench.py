@@ -15,9 +15,8 @@ device time goes: the MJWarp substeps alone as one captured graph (the physics f
 kernels of eager steps under torch's profiler (CUPTI sees Warp's launches too), split into MuJoCo Warp's kernels
 and torch's, with counts and GPU time per step: a graphed step costs about its kernels' time plus a launch gap
 per kernel, so the counts say what fusing the torch terms could save. ``--forms`` instead times the device env's
-step alone in the forms named (``FORMS``: its work around the physics in torch or as Warp kernels, the reset on
-every step or only on a step with a done row, the sensors without their acceleration stage or, ``-all-sensors``,
-with it; draws ahead, the product's default, in all), one beside the other:
+step alone in the forms named (``FORMS``: the reset on every step or only on a step with a done row, the sensors
+without their acceleration stage or, ``-all-sensors``, with it; draws ahead, the product's default, in all), one beside the other:
 each form's env is built and reset (its step's graph recorded) before the next is built, then blocks of
 ``--steps`` graphed steps alternate between the forms for ``--rounds`` rounds with the same seeded actions; with
 ``--profile`` also the physics floor and kernel split above, of the first form's env (eager, so its reset runs on
@@ -46,9 +45,8 @@ from device_env_build import TASK, machine, make_device_env, series_sha256, vers
 
 #: The forms of the device env's step ``--forms`` compares, as factory keywords (beside draws ahead).
 FORMS: dict[str, dict[str, bool]] = {
-    "torch": {}, "fused": {"fused_terms": True}, "torch-when-done": {"reset_only_when_done": True},
-    "fused-when-done": {"fused_terms": True, "reset_only_when_done": True},
-    "fused-when-done-all-sensors": {"fused_terms": True, "reset_only_when_done": True, "acceleration_sensors": True},
+    "torch": {}, "torch-when-done": {"reset_only_when_done": True},
+    "torch-when-done-all-sensors": {"reset_only_when_done": True, "acceleration_sensors": True},
 }
 
 

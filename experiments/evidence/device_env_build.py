@@ -28,7 +28,7 @@ def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
 
 def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
                     graph: bool = True, sensors_every_substep: bool = False, acceleration_sensors: bool = False,
-                    draws_ahead: bool = False, reset_only_when_done: bool = False, fused_terms: bool = False) -> Any:
+                    draws_ahead: bool = False, reset_only_when_done: bool = False) -> Any:
     from flashsac_runtime.envs import make_g1_walk_device_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
@@ -37,7 +37,7 @@ def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_
     return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
                                    graph=graph, sensors_every_substep=sensors_every_substep,
                                    acceleration_sensors=acceleration_sensors, draws_ahead=draws_ahead,
-                                   reset_only_when_done=reset_only_when_done, fused_terms=fused_terms)
+                                   reset_only_when_done=reset_only_when_done)
 
 
 def machine() -> dict[str, Any]:

@@ -56,9 +56,8 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 bitwise equal, except on a step without a done row the arrays the reset's kinematics pass writes
                 for the reset rows' sensors (``WarpLaunches``; derived arrays, which the next step's forward
                 computes again before reading them: every other array stays equal). The run must have steps with
-                and without a done row. ``--fused``: both envs with their work around the physics as Warp kernels
-                (``fused_terms``), the fused reset the one that runs or not. ``--reset-never`` leaves the condition
-                unset: the control, which must fail.
+                and without a done row. ``--reset-never`` leaves the condition unset: the control, which must
+                fail.
                 Also counts each env's Warp kernel launches per step.
   failed-capture  a device env whose step capture fails (the capture replaced by one that moves the draws'
                 generator, as a real capture does to a generator registered with it, then fails) against a twin
@@ -67,27 +66,10 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 generator is also left in capture state, where its next draw stops the run; the GPU side is
                 ``device_env_graph_check.py --mode failed``. ``--no-restore`` moves the generator the same way
                 without the env's handling: the control, which must differ.
-  fused-terms   a device env with draws ahead and its own torch draws, its step's work around the physics as Warp
-                kernels (``fused_terms``: the work between the physics and the reset, and the reset of the done
-                rows), steps ``--steps`` times; before each fused launch the torch form runs from the same state
-                (``FusedWitness``: the same physics, the same draws), what it wrote is kept and the state put back,
-                then the fused form runs and the two are compared: the rewards within ``REWARD_ATOL``, the
-                observations within ``FUSED_OBS_RTOL``, the curriculum's float64 state within
-                ``FUSED_CURRICULUM_RTOL``, everything else bitwise (for the reset: the env's state, the curriculum,
-                the gains and every MuJoCo Warp data array; on CUDA MuJoCo Warp's arrays within ``MJWARP_CUDA_RTOL``,
-                and the torch reset is run twice from each state to show where it differs from itself there,
-                ``torch_run_to_run``). Also counts one step of each form: the torch compute
-                operations inside the body recorded as the step's CUDA graph, and the Warp launches; and the env's
-                checkpoint (``preemption.env_state``) must have the torch step's keys, so that a checkpoint resumes
-                with either form.
-                Controls, each must fail: ``--perturb-weight TERM`` builds the fused step with that reward term's
-                weight scaled by 1.001; ``--perturb-gain-cols`` with the reset's gains written to the actuators in
-                reverse order.
-
   step-split    the env's timestamps of its step's parts (``step_stamps``, the collector's split of the env step:
                 physics, terms, reset) put each part's time where it is spent: a device env with the product's
                 form steps once (its kernels built), then ``--steps`` steps per block, a block as it is, then one
-                block each with ``STEP_SPLIT_DELAY_MS`` added to one part (the physics' substeps, the fused work
+                block each with ``STEP_SPLIT_DELAY_MS`` added to one part (the physics' substeps, the terms' work
                 after them, the reset's conditional); after each step its parts are read from a copy of the env's
                 ring of timestamps as the collector reads them, and a block's median step is its figure. Each
                 delayed part must grow by at least 80 % of the delay and the others change by less than 30 % of
@@ -122,8 +104,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402
 from device_env_build import (  # noqa: E402
     TASK, compose_cfg, make_device_env, seeded_actions, series_sha256, step_under, versions)
-from device_env_compare import REWARD_ATOL, FusedWitness, max_abs, step_side_by_side  # noqa: E402
-from device_env_controls import misplace_physics_stamp, perturb_reward, perturbed_fused_step  # noqa: E402
+from device_env_compare import REWARD_ATOL, max_abs, step_side_by_side  # noqa: E402
+from device_env_controls import misplace_physics_stamp, perturb_reward  # noqa: E402
 from device_env_counts import DRAW_PARTS, PARTS, HostReads, OpCount, WarpLaunches, mark_step_graph  # noqa: E402
 
 #: What ``--mode step-split`` adds to one part of every step (milliseconds): far above a step part's noise on the CPU
@@ -304,7 +286,7 @@ def sensor_stages(args: argparse.Namespace) -> dict[str, Any]:
     after every step the env outputs, every sensor slot but the acceleration stage's, and every MuJoCo Warp array
     but ``ACCELERATION_STAGE_ARRAYS`` must be bitwise equal (``step_side_by_side``)."""
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
-    form = dict(numpy_draws=False, graph=False, draws_ahead=True, reset_only_when_done=True, fused_terms=True)
+    form = dict(numpy_draws=False, graph=False, draws_ahead=True, reset_only_when_done=True)
     every = make_device_env(args.num_envs, args.seed, extra, acceleration_sensors=True, **form)
     skipped = make_device_env(args.num_envs, args.seed, extra, **form)
     sim = skipped.sim
@@ -391,9 +373,8 @@ def draws_ahead(args: argparse.Namespace) -> dict[str, Any]:
 def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
     extra = (f"env.max_episode_seconds={args.episode_seconds}",)
     when_done = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
-                                reset_only_when_done=True, fused_terms=args.fused)
-    every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
-                            fused_terms=args.fused)
+                                reset_only_when_done=True)
+    every = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True)
     if args.reset_never:  # negative control: the condition is never set, so no row is ever reset
         sim, when_any = when_done.sim, when_done.sim.when_any
         sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)
@@ -405,62 +386,9 @@ def reset_when_done(args: argparse.Namespace) -> dict[str, Any]:
     holds = not compared["first_difference_step"] and compared["idle_steps"] > 0 and compared["done_rows"] > 0
     return {"mode": "reset-when-done", "num_envs": args.num_envs, "steps": args.steps, "device": str(every.device),
             "versions": versions(), "series_sha256": series_sha256(), "reset_never_control": bool(args.reset_never),
-            "fused_terms": bool(args.fused),
             "kinematics_pass_writes": sorted(exempt), **compared,
             "warp_launches_per_step": {"when_done": launches[0], "every_step": launches[1]},
             "equal": not compared["first_difference_step"], "holds": holds}
-
-
-def step_counts(dev: Any) -> dict[str, dict[str, int]]:
-    """Per form of the step (torch, fused, fused with the reset only on a step with a done row), one step's torch
-    compute operations inside the body the env records as its step's CUDA graph, and its Warp kernel launches: the
-    second step of an episode (after a reset and a warm-up step), a step without a done row."""
-    body, fused, fuse, when_done = dev._step_body, dev._fused, dev._fuse, dev._reset_only_when_done  # noqa: SLF001
-    out = {}
-    for form, fused_form, reset_form in (("torch", False, False), ("fused", True, False),
-                                         ("fused, reset only when done", True, True)):
-        dev._fused, dev._fuse, dev._reset_only_when_done = (fused if fused_form else None), fused_form, reset_form  # noqa: SLF001
-        count = OpCount()
-        mark_step_graph(dev, count)
-        dev.reset()
-        actions = seeded_actions(dev, 2)
-        dev.step(actions[0])
-        with count, WarpLaunches() as launches:
-            dev.step(actions[1])
-        dev._step_body = body  # noqa: SLF001
-        out[form] = {"torch_compute_ops_in_step_graph": count.step_graph_compute, "warp_launches": launches.count}
-    dev._fused, dev._fuse, dev._reset_only_when_done = fused, fuse, when_done  # noqa: SLF001
-    return out
-
-
-def fused_terms(args: argparse.Namespace) -> dict[str, Any]:
-    extra = (f"env.max_episode_seconds={args.episode_seconds}",)
-    dev = make_device_env(args.num_envs, args.seed, extra, numpy_draws=False, graph=False, draws_ahead=True,
-                          fused_terms=True)
-    perturbed_fused_step(dev, args.perturb_weight, args.perturb_gain_cols)
-    counts = {} if args.perturb_weight or args.perturb_gain_cols else step_counts(dev)
-    from flashsac_runtime import preemption
-
-    fused, dev._fused = dev._fused, None  # noqa: SLF001 - the torch step's checkpoint keys, then the fused step's
-    torch_keys = set(preemption.env_state(dev) or ())
-    dev._fused = fused  # noqa: SLF001
-    same_keys = set(preemption.env_state(dev) or ()) == torch_keys
-    witness = FusedWitness(dev)
-    dev.reset()
-    actions = seeded_actions(dev, args.steps)
-    done_rows = 0
-    for t in range(args.steps):
-        out = dev.step(actions[t])
-        done_rows += int((out.terminated | out.truncated).sum())
-    return {"mode": "fused-terms", "num_envs": args.num_envs, "steps": args.steps, "device": str(dev.device),
-            "versions": versions(), "series_sha256": series_sha256(), "perturb_weight": args.perturb_weight,
-            "perturb_gain_cols": bool(args.perturb_gain_cols), "done_rows": done_rows,
-            "checkpoint_keys_as_torch_step": same_keys, **witness.result(), "reset": witness.reset.result(),
-            "torch_run_to_run": {name: witness.run_to_run.max_abs_diff[name]
-                                 for name, same in witness.run_to_run.bitwise.items() if not same},
-            "per_step": counts,
-            "equal": not witness.first_difference_step and not witness.reset.first_difference_step
-            and witness.steps == witness.reset.steps == args.steps and same_keys}
 
 
 def failed_capture(args: argparse.Namespace) -> dict[str, Any]:
@@ -499,11 +427,11 @@ def _delayed(function: Any, seconds: float) -> Any:
 
 def step_split(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
-                          numpy_draws=False, draws_ahead=True, reset_only_when_done=True, fused_terms=True)
+                          numpy_draws=False, draws_ahead=True, reset_only_when_done=True)
     dev.reset()
     stamps = dev.step_stamps
-    # Where each part's delay goes: the physics' substeps, the fused work after them, the reset's conditional.
-    where = {"env_physics": (dev.sim, "step"), "env_terms": (dev._fused, "after_physics"),  # noqa: SLF001
+    # Where each part's delay goes: the physics' substeps, the terms' work after them, the reset's conditional.
+    where = {"env_physics": (dev.sim, "step"), "env_terms": (dev, "_after_physics"),
              "env_reset": (dev.sim, "when_any")}
     if args.misplaced_stamp:
         misplace_physics_stamp(dev)
@@ -514,7 +442,7 @@ def step_split(args: argparse.Namespace) -> dict[str, Any]:
     last, t = stamps.split_ms(stamps.ring.tolist(), 0)[1], 1
     for block in ("none", *where):
         owner, name = where.get(block, (None, None))
-        if owner is not None:  # on the class: the fused step's methods are read-only on its instances
+        if owner is not None:  # on the class, as the env's and the physics' methods are looked up
             original = getattr(type(owner), name)
             setattr(type(owner), name, _delayed(original, STEP_SPLIT_DELAY_MS / 1000.0))
         steps: list[dict[str, float]] = []
@@ -561,8 +489,7 @@ def cuda_build(module: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", choices=("parity", "distribution", "host-reads", "ops", "sensors", "draws-ahead",
-                                           "reset-when-done", "failed-capture", "fused-terms", "step-split",
-                                           "sensor-stages"),
+                                           "reset-when-done", "failed-capture", "step-split", "sensor-stages"),
                         required=True)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=120)
@@ -582,9 +509,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws-ahead", action="store_true", help="host-reads: the env taking its draws ahead")
     parser.add_argument("--no-restore", action="store_true", help="failed-capture: the negative control")
     parser.add_argument("--reset-never", action="store_true", help="reset-when-done: the negative control")
-    parser.add_argument("--fused", action="store_true", help="reset-when-done: both envs with the fused step")
-    parser.add_argument("--perturb-weight", default=None, help="fused-terms: a negative control (a reward term)")
-    parser.add_argument("--perturb-gain-cols", action="store_true", help="fused-terms: a negative control")
     parser.add_argument("--misplaced-stamp", action="store_true", help="step-split: the negative control")
     parser.add_argument("--sensors-after-integration", action="store_true",
                         help="sensor-stages: the negative control")
@@ -592,8 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = {"parity": parity, "distribution": distribution, "host-reads": host_reads, "ops": ops,
                   "sensors": sensors, "draws-ahead": draws_ahead, "reset-when-done": reset_when_done,
-                  "failed-capture": failed_capture, "fused-terms": fused_terms,
-                  "step-split": step_split, "sensor-stages": sensor_stages}[args.mode](args)
+                  "failed-capture": failed_capture, "step-split": step_split, "sensor-stages": sensor_stages}[args.mode](args)
     except ValueError as exc:  # a task the device env refuses: its one-line reason
         print(f"device_env_check: {exc}", file=sys.stderr)
         return 2

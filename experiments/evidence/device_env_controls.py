@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 
@@ -16,23 +15,6 @@ def perturb_reward(env: Any, term: str) -> None:
     twin = bound.twin
     env._rewards[index] = type(bound)(bound.name, lambda s, **p: twin(s, **p) * 1.001, bound.params,  # noqa: SLF001
                                       bound.weight, bound.curriculum_scaled)
-
-
-def perturbed_fused_step(dev: Any, term: str | None, gain_cols: bool = False) -> None:
-    """The env's first reset, which builds its fused step from the bound terms. The negative controls, in the fused
-    step only: ``term``, that reward term's weight scaled by 1.001; ``gain_cols``, the reset's kp and kd written
-    to the actuators in reverse order."""
-    bound, cols = list(dev._rewards), dev._gain_cols  # noqa: SLF001
-    if term:
-        names = [r.name for r in bound]
-        if term not in names:
-            raise SystemExit(f"device_env_check: no reward term {term!r} (terms: {names})")
-        index = names.index(term)
-        dev._rewards[index] = dataclasses.replace(bound[index], weight=bound[index].weight * 1.001)  # noqa: SLF001
-    if gain_cols:
-        dev._gain_cols = cols.flip(0)  # noqa: SLF001
-    dev.reset()
-    dev._rewards, dev._gain_cols = bound, cols  # noqa: SLF001 - the torch step keeps the task's
 
 
 def misplace_physics_stamp(dev: Any) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The device env's CUDA graphs on a GPU: their memory, the draws taken ahead, the reset's condition, a failed capture,
-the fused step, the step's timestamps of its parts.
+the step's timestamps of its parts.
 
 Run on a CUDA host from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``device_evidence.sh
 env-graph``); on a machine without CUDA it says so in one line and exits 2. G1 Walk Flat's device env from the
@@ -32,19 +32,8 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_build.make_device_env``), se
             allocator's event sweep (``empty_cache``) must pass (flashsac_runtime.envs). ``--leave-open`` skips closing
             what torch leaves open of the failed capture: the control, which on an H200 with torch 2.11 aborted
             the process (the allocator still counted the capture as under way).
-  fused     the step's work between the physics and the reset as one Warp kernel (``fused_terms``), inside the
-            replayed step graph: before each of ``--steps`` replays the state that work reads and writes is kept
-            (with the step's draws and the curriculum's scale); after it that work is run again in torch on the
-            replay's physics and compared with what the graph wrote, on the rows without a done row (a done row's
-            physics state is the reset's by then), within ``device_env_compare``'s tolerances (a GPU compiler may
-            contract a product and a sum into one fused multiply-add), and every done row must have been reset by
-            the fused reset (its episode counter at 0, an observation other than its final one); then the replay's
-            state is put back (``device_env_check.py --mode fused-terms`` compares the fused reset itself, eager).
-            ``--reset-when-done`` puts the fused reset in the reset's conditional node (flashsac_runtime.envs).
-            ``--perturb-weight TERM`` builds the fused kernel with that reward term's weight scaled by 1.001: the
-            control, which must fail.
   split     the step's timestamps of its parts (flashsac_runtime.envs: physics, terms, reset; the collector's split of the
-            env step) inside the replayed step graph, the product's form (fused, reset only when done): each of
+            env step) inside the replayed step graph, the product's form (reset only when done): each of
             ``--steps`` replays is timed by CUDA events around it, the env's ring is read after it, and its row
             must hold the next step number, three positive parts that fit in the replay's event time (within
             ``SPLIT_CLOCK_SLACK_MS``: the device clock and the events are two clocks), and a physics part of at
@@ -67,8 +56,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_env_build import make_device_env, seeded_actions, series_sha256, versions  # noqa: E402
-from device_env_compare import FusedComparison, fused_tensors  # noqa: E402
-from device_env_controls import misplace_physics_stamp, perturbed_fused_step  # noqa: E402
+from device_env_controls import misplace_physics_stamp  # noqa: E402
 
 SENTINEL = 7.0
 #: Probe sizes in float32 elements: above 1 MiB (torch's large pool) then 512 bytes (its small pool).
@@ -203,48 +191,9 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
             "holds": eager and stepped == args.steps and finite and stream_restored}
 
 
-def fused(args: argparse.Namespace) -> dict[str, Any]:
-    dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
-                          numpy_draws=False, draws_ahead=True, fused_terms=True,
-                          reset_only_when_done=args.reset_when_done)
-    perturbed_fused_step(dev, args.perturb_weight)  # the first reset: builds the fused step, captures the step
-    comparison = FusedComparison()
-    tensors = fused_tensors(dev)
-    kept = {**tensors, "draws": dev._drawn.current_bytes, "penalty_scale": dev._scale}  # noqa: SLF001
-    actions = seeded_actions(dev, args.steps)
-    done_rows = 0
-    for t in range(args.steps):
-        before = {name: value.clone() for name, value in kept.items()}
-        dev.step(actions[t])
-        torch.cuda.synchronize(dev.device)
-        replayed = {name: value.clone() for name, value in kept.items()}
-        for name, value in kept.items():
-            value.copy_(before[name])
-        dev._after_physics(dev._drawn.current)  # noqa: SLF001 - in torch, on the replay's physics
-        torch.cuda.synchronize(dev.device)
-        rows = ~replayed["done"]
-        done_rows += int((~rows).sum())
-        for name, value in tensors.items():
-            comparison.compare(name, replayed[name][rows], value[rows])
-        # the done rows were reset by the fused reset: episode counter at 0, an observation other than the final one
-        reset = replayed["done"]
-        if not (bool((replayed["steps"][reset] == 0).all()) and bool(
-                (replayed["policy_obs"][reset] != replayed["final_policy_obs"][reset]).any(dim=1).all())):
-            comparison.first_difference_step.setdefault("reset", t)
-        comparison.steps += 1
-        for name, value in kept.items():
-            value.copy_(replayed[name])
-    result = comparison.result()
-    captured = dev.graph_status == "captured"
-    return {"mode": "fused", "perturb_weight": args.perturb_weight, "reset_when_done": bool(args.reset_when_done),
-            "graph_status": dev.graph_status,
-            "episode_seconds": args.episode_seconds, "done_rows": done_rows, **result,
-            "holds": captured and not result["first_difference_step"] and result["steps_compared"] == args.steps}
-
-
 def split(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
-                          numpy_draws=False, draws_ahead=True, fused_terms=True, reset_only_when_done=True)
+                          numpy_draws=False, draws_ahead=True, reset_only_when_done=True)
     if args.misplaced_stamp:
         misplace_physics_stamp(dev)
     dev.reset()  # captures the step, stamps included
@@ -275,28 +224,24 @@ def split(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("memory", "draws", "reset", "failed", "fused", "split"), required=True)
+    parser.add_argument("--mode", choices=("memory", "draws", "reset", "failed", "split"), required=True)
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shared-pool", action="store_true", help="memory: the negative control")
     parser.add_argument("--offset-shifted", action="store_true", help="draws: the negative control")
     parser.add_argument("--episode-seconds", type=float, default=0.2,
-                        help="reset, fused, split: the episode length (time-outs)")
+                        help="reset, split: the episode length (time-outs)")
     parser.add_argument("--condition-unset", action="store_true", help="reset: a negative control")
     parser.add_argument("--every-step", action="store_true", help="reset: a negative control")
     parser.add_argument("--leave-open", action="store_true",
                         help="failed: the negative control (torch's half-open capture not closed)")
-    parser.add_argument("--perturb-weight", default=None, help="fused: the negative control (a reward term)")
     parser.add_argument("--misplaced-stamp", action="store_true", help="split: the negative control")
-    parser.add_argument("--reset-when-done", action="store_true",
-                        help="fused: with the reset only on a step with a done row (its conditional node)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("device_env_graph_check: needs a CUDA device (the env's CUDA graphs)", file=sys.stderr)
         return 2
-    result = {"memory": memory, "draws": draws, "reset": reset, "failed": failed, "fused": fused,
-              "split": split}[args.mode](args)
+    result = {"memory": memory, "draws": draws, "reset": reset, "failed": failed, "split": split}[args.mode](args)
     result.update(num_envs=args.num_envs, steps=args.steps, device=torch.cuda.get_device_name(),
                   versions=versions(), series_sha256=series_sha256())
     print(json.dumps(result))

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     dims = g1_dims(cfg)
     num_envs = 8 if args.cpu_smoke else int(cfg.algo.num_envs)
     dev = make_device_env(num_envs, int(cfg.algo.seed), (), numpy_draws=False, graph=False, draws_ahead=True,
-                          reset_only_when_done=True, fused_terms=True)
+                          reset_only_when_done=True)
     dev.reset()
     generator = torch.Generator(device=dev.device).manual_seed(int(cfg.algo.seed))
     for _ in range(2 if args.cpu_smoke else args.warm_steps):

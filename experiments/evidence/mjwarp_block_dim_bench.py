@@ -61,7 +61,7 @@ def run_size(num_envs: int, args: argparse.Namespace) -> dict[str, Any]:
     import warp as wp
 
     dev = make_device_env(num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=True,
-                          reset_only_when_done=True, fused_terms=True)
+                          reset_only_when_done=True)
     dev.reset()
     cuda = dev.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)

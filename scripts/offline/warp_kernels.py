@@ -18,10 +18,8 @@ only where the host would build exactly that module; any other is built there as
 creates for a model are keyed on array sizes: the world counts given (the report's 256 and UniLab's 4096 by
 default) are the ones covered.
 
-The device env's own kernels (its fused step) are generated from the task's
-config and the env count once the env is bound, so for them the child builds the device env on Warp's CPU device
-at each world count and resets it; its physics' kernels are then compiled for the CPU, into a cache of their own
-(``cpu_cache``), never into the wheelhouse.
+The device env's own kernel, its step's timestamp (``step_stamps``), holds no world count: it is planned once, from
+its module, without building the env.
 
 Install (``seed``): each module folder the host's cache lacks is copied in; what the cache holds is never
 overwritten, and a cache of another Warp version is left alone.
@@ -62,14 +60,12 @@ def _child_env(tree: Path, overlay: Path, cache: Path) -> dict[str, str]:
 
 
 def build(dest: Path, tree: Path, overlay: Path, assets_archive: Path, *, worlds: Sequence[int] = WORLDS,
-          archs: Sequence[int] = ARCHS, jobs: int | None = None, only: str | None = None,
-          cpu_cache: Path | None = None) -> dict[str, Any]:
+          archs: Sequence[int] = ARCHS, jobs: int | None = None, only: str | None = None) -> dict[str, Any]:
     """Compile the G1 env's Warp modules into ``dest`` (Warp's cache layout); returns the child's record.
 
     ``tree`` is the applied UniLab tree and ``overlay`` its overlay (``make apply``); the tree is copied, with
     ``assets_archive`` unpacked into its assets, so the checkout stays as the applier left it. ``only``: compile
-    only the modules whose name starts with it (the others are planned, not compiled; for tests). ``cpu_cache``:
-    Warp's cache for the kernels compiled for the CPU while the device env is bound (default: a temporary one).
+    only the modules whose name starts with it (the others are planned, not compiled; for tests).
     """
     jobs = jobs or len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="warp-kernels-") as tmp:
@@ -78,8 +74,7 @@ def build(dest: Path, tree: Path, overlay: Path, assets_archive: Path, *, worlds
         with tarfile.open(assets_archive) as archive:
             archive.extractall(copy / "src" / "unilab" / "assets", filter="data")
         args = [sys.executable, "-m", "offline.warp_kernels", "--worlds", *map(str, worlds),
-                "--archs", *map(str, archs), "--jobs", str(jobs), *(["--only", only] if only else []),
-                "--cpu-cache", str(cpu_cache or Path(tmp) / "cpu-kernels")]
+                "--archs", *map(str, archs), "--jobs", str(jobs), *(["--only", only] if only else [])]
         proc = subprocess.run(args, cwd=copy, env=_child_env(copy, overlay, dest), capture_output=True,
                               text=True, check=False)
     lines = proc.stdout.strip().splitlines()
@@ -139,34 +134,13 @@ def _task_cfg(count: int) -> Any:
         return compose(config_name="config", overrides=["task=g1_walk_flat/mjwarp", f"algo.num_envs={count}"])
 
 
-def _record_fused_plan(worlds: Sequence[int], cpu_cache: str) -> list[tuple[Any, int]]:
-    """The device env's own kernels (its fused step) at each world count, at the block size a CUDA launch uses.
+def _record_env_plan() -> list[tuple[Any, int]]:
+    """The device env's own kernel (its step's timestamp, ``step_stamps``) at the block size a CUDA launch uses: it
+    holds no world count, so one module serves every count."""
+    from flashsac_runtime.envs.step_stamps import StepStamps
 
-    The env is built and reset on Warp's CPU device, which binds them; what that compiles for the CPU goes into
-    ``cpu_cache``. The env's draws are taken on the CPU as well: their buffer's layout, and so the offsets the
-    kernels are built with, is that of a CUDA env of the same count.
-    """
-    import torch
-    import warp as wp
-    from flashsac_runtime.envs import make_g1_walk_device_env
-    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
-
-    plan: dict[str, tuple[Any, int]] = {}  # by module identifier: a kernel holding no count is one module
-    wheelhouse, wp.config.kernel_cache_dir = wp.config.kernel_cache_dir, cpu_cache
-    try:
-        for count in worlds:
-            override = build_offpolicy_env_cfg_override("flashsac", _task_cfg(count))
-            env = make_g1_walk_device_env(count, torch.device("cpu"), 0, env_cfg_override=override, fused_terms=True)
-            env.reset()
-            kernels = env.warp_kernels()
-            if not kernels:
-                raise OfflineError(f"the {count}-world device env was bound without its fused step's kernels")
-            for kernel in kernels:
-                size = kernel.module.options["block_dim"]
-                plan.setdefault(kernel.module.get_module_identifier(size), (kernel.module, size))
-    finally:
-        wp.config.kernel_cache_dir = wheelhouse
-    return list(plan.values())
+    modules = {kernel.module.name: kernel.module for kernel in StepStamps.kernels()}
+    return [(module, module.options["block_dim"]) for module in modules.values()]
 
 
 def _compile(plan: list[tuple[Any, int]], archs: Sequence[int], jobs: int, only: str | None) -> list[dict]:
@@ -204,12 +178,11 @@ def _child(argv: list[str] | None = None) -> int:
     parser.add_argument("--archs", type=int, nargs="+", required=True)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--only", default=None)
-    parser.add_argument("--cpu-cache", required=True)
     args = parser.parse_args(argv)
     import warp as wp
 
     wp.config.log_level = wp.LOG_WARNING
-    plan = _record_plan(args.worlds) + _record_fused_plan(args.worlds, args.cpu_cache)
+    plan = _record_plan(args.worlds) + _record_env_plan()
     modules = _compile(plan, args.archs, args.jobs, args.only)
     print(json.dumps({"warp_version": wp.config.version, "worlds": args.worlds, "archs": args.archs,
                       "output": "cubin", "modules": modules}))

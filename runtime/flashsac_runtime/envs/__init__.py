@@ -21,19 +21,19 @@ def make_g1_walk_device_env(num_envs: int, device: torch.device, seed: int, *,
                             own_stream: bool = True, sensors_every_substep: bool = False,
                             acceleration_sensors: bool = False,
                             draws_ahead: bool = True, reset_only_when_done: bool = True,
-                            fused_terms: bool = True, step_split: bool = True) -> G1WalkDeviceEnv:
+                            step_split: bool = True) -> G1WalkDeviceEnv:
     """The G1 Walk Flat device env as training uses it: its own non-blocking stream, the position and velocity
-    sensors in the last substep only, draws taken a step ahead, the work around the physics as six Warp kernels,
-    the reset only on a step with a done row, and timestamps of the step's parts (``step_stamps``).
+    sensors in the last substep only, draws taken a step ahead, the task's terms as torch operations (``terms``:
+    one device implementation of each UniLab term), the reset only on a step with a done row, and timestamps of the
+    step's parts (``step_stamps``).
 
     The other forms are the references the sameness checks step beside it, not choices for training:
     ``numpy_draws`` feeds UniLab's own NumPy draws, which are taken in the step (``draws_ahead=False``) and so
-    need the work in torch operations (``fused_terms=False``, equal to the fused kernels within float32 rounding)
-    and the reset on every step (``reset_only_when_done=False``); ``sensors_every_substep`` and
+    need the reset on every step (``reset_only_when_done=False``); ``sensors_every_substep`` and
     ``acceleration_sensors`` compute the sensors as MuJoCo Warp's own step does (the values the env reads are
     bitwise the same); ``own_stream=False`` keeps Warp's blocking stream; ``graph=False`` keeps the step eager on
-    CUDA; ``step_split=False`` leaves the timestamps out. The env class's own keyword defaults stay the torch
-    step with the reset on every step, without timestamps."""
+    CUDA; ``step_split=False`` leaves the timestamps out. The env class's own keyword defaults stay the reset on
+    every step, without timestamps."""
     import numpy as np
 
     from unilab.base.env_factory import make_registry_env
@@ -47,8 +47,7 @@ def make_g1_walk_device_env(num_envs: int, device: torch.device, seed: int, *,
     return G1WalkDeviceEnv(host_env, draws, graph=graph, own_stream=own_stream,
                            sensors_every_substep=sensors_every_substep, acceleration_sensors=acceleration_sensors,
                            draws_ahead=draws_ahead,
-                           reset_only_when_done=reset_only_when_done, fused_terms=fused_terms,
-                           step_split=step_split)
+                           reset_only_when_done=reset_only_when_done, step_split=step_split)
 
 
 __all__ = ["G1WalkDeviceEnv", "make_g1_walk_device_env"]

@@ -125,7 +125,6 @@ class _DrawBuffers:
             size = -(-size // self._ALIGN) * self._ALIGN
             offsets.append(size)
             size += leaf.numel() * leaf.element_size()
-        size = -(-size // self._ALIGN) * self._ALIGN  # whole words: ``current_bytes`` is also read as float32
         self._bytes = [torch.zeros(size, dtype=torch.uint8, device=leaves[0].device) for _ in range(2)]
         views = [[buffer[start:start + leaf.numel() * leaf.element_size()].view(leaf.dtype).view(leaf.shape)
                   for start, leaf in zip(offsets, leaves, strict=True)] for buffer in self._bytes]
@@ -140,11 +139,6 @@ class _DrawBuffers:
     def take_pending(self) -> None:
         self._bytes[0].copy_(self._bytes[1])
 
-    @property
-    def current_bytes(self) -> torch.Tensor:
-        """The byte buffer ``current`` views (the fused step reads its draws through it)."""
-        return self._bytes[0]
-
 
 def _tensor(values: Any, device: torch.device) -> torch.Tensor:
     """A device copy of a UniLab array (its dtype kept; UniLab's arrays may be read-only views)."""
@@ -157,11 +151,9 @@ class G1WalkDeviceEnv:
 
     def __init__(self, host_env: Any, draws: Draws, *, graph: bool = True, own_stream: bool = True,
                  sensors_every_substep: bool = False, acceleration_sensors: bool = True, draws_ahead: bool = True,
-                 reset_only_when_done: bool = False, fused_terms: bool = False, step_split: bool = False) -> None:
+                 reset_only_when_done: bool = False, step_split: bool = False) -> None:
         if draws_ahead and not getattr(draws, "graph_safe", False):  # UniLab's NumPy draws are sized by the rows
             raise ValueError("draws ahead of the physics need row-independent draws (TorchDraws)")
-        if fused_terms and not draws_ahead:
-            raise ValueError("the fused env step reads the draws taken ahead: it needs draws_ahead")
         self.host_env = host_env
         if host_env.state is None:
             # One host reset materializes UniLab's lazily bound reset transaction (default qpos/qvel, gains);
@@ -244,17 +236,6 @@ class G1WalkDeviceEnv:
         self._draw_stream = torch.cuda.Stream(dev) if draws_ahead and dev.type == "cuda" else None
         self._draw_graph: torch.cuda.CUDAGraph | None = None
         self._drawn: _DrawBuffers | None = None
-        # ``fused_terms``: the step's work after the physics and its reset of the done rows as Warp kernels
-        # (``fused_step``), bound by the first reset (they read the draws' buffers); the task's terms must all have
-        # Warp twins.
-        if fused_terms:
-            from flashsac_runtime.envs.fused_step import unsupported
-
-            missing = unsupported(self)
-            if missing:
-                raise ValueError(f"the fused env step has no Warp twin of {', '.join(missing)}")
-        self._fuse = fused_terms
-        self._fused: Any = None
         # ``step_split``: the step stamps its parts' boundaries on the device (``step_stamps``), for the collector's
         # time split of the step (physics, terms, reset).
         self.step_stamps: Any = None
@@ -395,11 +376,12 @@ class G1WalkDeviceEnv:
     def describe(self) -> dict[str, str]:
         """The form of the step as it runs (the device runner records it in the run's ``runtime_manifest``): its CUDA
         graph (``captured``; ``off`` on the CPU or without graph-safe draws; ``eager (capture failed: ...)``), and
-        the form of each part it was built with (stream, sensors, draws, reset, terms, timestamps)."""
+        the form of each part it was built with (stream, sensors, draws, reset, terms, timestamps; the terms are
+        always the torch twins, ``terms.py``)."""
         return {"step_graph": self.graph_status, "stream": self.sim.stream_kind, "sensors": self.sim.sensors_in,
                 "draws_ahead": "true" if self._draws_ahead else "false",
                 "reset": "when_done" if self._reset_only_when_done else "every_step",
-                "terms": "fused" if self._fused is not None else "torch",
+                "terms": "torch",
                 "step_split": "stamped" if self.step_stamps is not None else "off"}
 
     def reset(self) -> DeviceStep:
@@ -431,18 +413,6 @@ class G1WalkDeviceEnv:
             if self._drawn is None:
                 self._drawn = _DrawBuffers(drawn)
             self._drawn.write(self._drawn.current, drawn)
-        if self._fuse and self._fused is None:
-            from flashsac_runtime.envs.fused_step import FusedStep
-
-            self._fused = FusedStep(self, self._done)
-
-    def warp_kernels(self) -> list[Any]:
-        """The Warp kernels of the env's own that its step launches besides MuJoCo Warp's: the fused step's, bound
-        by the first reset (none in the torch form), and the step stamps'. For building them ahead of a first run
-        (``make wheelhouse``): the fused step's constants depend on the env count and the task config, so they are
-        known only once the env is bound."""
-        return ([] if self._fused is None else self._fused.kernels()) + (
-            [] if self.step_stamps is None else self.step_stamps.kernels())
 
     def step(self, actions: torch.Tensor) -> DeviceStep:
         with self._on_sim_stream():
@@ -511,14 +481,9 @@ class G1WalkDeviceEnv:
         self.sim.step(self.substeps)
         if stamps is not None:
             stamps.after("env_physics")
-        if self._fused is not None:
-            self._fused.after_physics()
-            reset = self._fused.reset_done_rows
-        else:
-            self._after_physics(ahead)
-            reset = functools.partial(self._reset_rows, self._done, update_curriculum=True,
-                                      drawn=ahead.reset if ahead else None,
-                                      noise=ahead.reset_noise if ahead else None)
+        self._after_physics(ahead)
+        reset = functools.partial(self._reset_rows, self._done, update_curriculum=True,
+                                  drawn=ahead.reset if ahead else None, noise=ahead.reset_noise if ahead else None)
         if stamps is not None:
             stamps.after("env_terms")
         done = self._done
@@ -530,9 +495,9 @@ class G1WalkDeviceEnv:
             stamps.after("env_reset")
 
     def _after_physics(self, ahead: _StepDraws | None) -> None:
-        """The step's work between the physics and the reset, in torch (``fused_step.FusedStep.after_physics`` is its
-        one-kernel form): episode length, terminations into ``_done``, gait phase, rewards (NaN guarded: the reset
-        never touches them), the command, both observation groups, the final observations, the step count."""
+        """The step's work between the physics and the reset: episode length, terminations into ``_done``, gait phase,
+        rewards (NaN guarded: the reset never touches them), the command, both observation groups, the final
+        observations, the step count."""
         s = self.state
         torch.add(self.steps, 1, out=s.episode_length)
         self._terminate()

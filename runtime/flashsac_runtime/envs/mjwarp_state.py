@@ -230,16 +230,7 @@ class MjwarpState:
     def reset_rows(self, rows: torch.Tensor) -> None:
         """MJWarp's ``reset_data`` for the masked worlds (clears their state, warm start, time, forces)."""
         self._reset_mask.copy_(rows)
-        self.reset_masked()
-
-    def reset_masked(self) -> None:
-        """``reset_data`` for the worlds of the reset mask as it was last written (``reset_mask``)."""
         self._mjw.reset_data(self._model, self._data, reset=self._reset_mask_wp)
-
-    @property
-    def reset_mask(self) -> Any:
-        """The Warp array of the worlds ``reset_masked`` resets (a fused reset writes it in its own kernel)."""
-        return self._reset_mask_wp
 
     def forward_rows(self, rows: torch.Tensor) -> None:
         """The masked worlds' position and velocity sensors for their reset state, as the host reset reads them.
