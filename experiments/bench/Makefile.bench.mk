@@ -11,6 +11,9 @@
 #   make bench-parity [QUICK=1] [SEEDS=1,2,3,4,5] [ITERATIONS=3000] [BENCH_ARGS="--arms A,B"] ...   (exit 0: trusted check)
 #                     (results/<date>-<machine>-parity/ unless STUDY= names another study)
 #   make bench-report DIR=results/<date>-<machine>-<study>   (rebuild summary.md + timings.png from the JSON)
+#   make bench-whole-run [OWNER=g1_walk_flat/mjwarp] [OVERRIDES='algo.num_envs=256 ...'] [LABEL=whole-run]
+#                        [DIR=work/whole-run]   (UniLab's whole run from the tree's root, timed from launch to its
+#                        end: experiments/bench/whole_run.py; the overlay first on PYTHONPATH)
 #
 # Needs CUDA (exits with one error line otherwise). No dependency on `setup`: a GPU host brings its own
 # interpreter (PYTHON=...). On a host without network: `make bench OFFLINE=<wheelhouse>` (docs/offline-host.md)
@@ -36,7 +39,7 @@ CHECK_REPLAY ?= $(if $(wildcard experiments/evidence/validate_replay_stability.p
   --patched-root overlay $(if $(filter 1,$(QUICK)),--iterations 100) --output work/bench-checks/replay.json)
 endif
 
-.PHONY: bench bench-parity bench-report
+.PHONY: bench bench-parity bench-report bench-whole-run
 
 bench:
 	$(BENCH_PY) experiments/bench/bench_matrix.py $(BENCH_COMMON) $(if $(TASK),--task "$(TASK)") \
@@ -54,3 +57,9 @@ bench-parity:
 bench-report:
 	@test -n "$(DIR)" || { echo "bench-report: set DIR=results/<date>-<machine>-<study>" >&2; exit 2; }
 	$(BENCH_PY) experiments/bench/bench_report.py "$(DIR)"
+
+WHOLE_RUN_TREE = $(abspath $(or $(UNILAB),work/unilab-$(shell sed -n 's/^UNILAB_VERSION=//p' VERSIONS.env)))
+bench-whole-run:
+	cd "$(WHOLE_RUN_TREE)" && PYTHONPATH="$(abspath $(or $(OVERLAY),overlay)):$(WHOLE_RUN_TREE)/src$${PYTHONPATH:+:$$PYTHONPATH}" \
+	  $(if $(findstring /,$(BENCH_PY)),$(abspath $(BENCH_PY)),$(BENCH_PY)) "$(CURDIR)/experiments/bench/whole_run.py" --tree . --out "$(abspath $(or $(DIR),work/whole-run))" \
+	  --label "$(or $(LABEL),whole-run)" -- task=$(or $(OWNER),g1_walk_flat/mjwarp) $(OVERRIDES)
