@@ -10,6 +10,8 @@ collector on ``task=g1_walk_flat/mjwarp``) it runs UniLab's ``train_flashsac.py`
                  processes of the run's process group left 3 s later;
   sigint         the same with SIGINT;
   second-signal  SIGTERM, then SIGTERM again 0.2 s later: exit code, seconds, processes left;
+  group-sigterm  SIGTERM to every process of the run's process group at once, as a scheduler that signals the
+                 whole job does (the compile helper and the checkpoint writer get it too);
   kill-collector (host only) ``kill -9`` of the collector process: exit code, seconds, the one line;
   resume         an uninterrupted run of ``--iterations`` beside a run stopped by SIGTERM and resumed with
                  ``algo.resume=true`` (and ``training.save_replay=true`` for the device collector): the largest
@@ -188,6 +190,8 @@ def run_fault(args: argparse.Namespace, setting: str, collector: str, fault: str
         collector_pids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)
                           if "spawn_main" in " ".join(c.cmdline())]
         os.kill(collector_pids[0], signal.SIGKILL)
+    elif fault == "group-sigterm":  # a scheduler that signals every process of the job (the helper, the writer)
+        os.killpg(proc.pid, signal.SIGTERM)
     else:
         proc.send_signal(signal.SIGINT if fault == "sigint" else signal.SIGTERM)
         if fault == "second-signal":

@@ -14,7 +14,7 @@ from typing import Any
 
 #: The matrix's order: settings, collectors, then the faults as ``preemption_matrix.py`` names them.
 ORDER = {name: index for index, name in enumerate(
-    ("report", "unilab-default", "host", "device", "sigterm", "sigint", "second-signal", "kill-collector", "resume"))}
+    ("report", "unilab-default", "host", "device", "sigterm", "sigint", "second-signal", "group-sigterm", "kill-collector", "resume"))}
 
 
 def _cases(folder: Path) -> list[dict[str, Any]]:
