@@ -231,7 +231,7 @@ def host_reads(args: argparse.Namespace) -> dict[str, Any]:
         def height(s: Any, minimum_height: float) -> torch.Tensor:
             return s.sim.qpos[:, s.root_qpos_cols[2]] < minimum_height
 
-        dev._terminations = [(height if twin is terms.root_height_below_minimum else twin, params, time_out)  # noqa: SLF001
+        dev._terminations = [(height if twin is terms.common.root_height_below_minimum else twin, params, time_out)  # noqa: SLF001
                              for twin, params, time_out in dev._terminations]  # noqa: SLF001
     mode = HostReads()
     step_under(dev, mode, args.steps)

@@ -283,8 +283,7 @@ class G1WalkDeviceEnv:
 
     def _device_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Term parameters with their number lists (e.g. ``pose_weights``) as float64 device tensors, made once."""
-        return {key: torch.as_tensor(np.asarray(value, dtype=np.float64), device=self.device)
-                if isinstance(value, (list, tuple)) else value for key, value in params.items()}
+        return T.device_params(params, self.device)
 
     def _bind_terminations(self, env: Any) -> None:
         manager = env.termination_manager
@@ -377,7 +376,7 @@ class G1WalkDeviceEnv:
         """The form of the step as it runs (the device runner records it in the run's ``runtime_manifest``): its CUDA
         graph (``captured``; ``off`` on the CPU or without graph-safe draws; ``eager (capture failed: ...)``), and
         the form of each part it was built with (stream, sensors, draws, reset, terms, timestamps; the terms are
-        always the torch twins, ``terms.py``)."""
+        always the torch twins, ``terms``)."""
         return {"step_graph": self.graph_status, "stream": self.sim.stream_kind, "sensors": self.sim.sensors_in,
                 "draws_ahead": "true" if self._draws_ahead else "false",
                 "reset": "when_done" if self._reset_only_when_done else "every_step",

@@ -40,3 +40,18 @@ def quat_apply_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         z * t[..., 0] - x * t[..., 2],
         x * t[..., 1] - y * t[..., 0],
     ], dim=-1)
+
+
+def quat_apply_inverse_batched(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Rotate ``v`` by the conjugate of ``q`` (``np_quat_apply_inverse_batched``: ``np_quat_apply_batched``'s
+    products and order, which differ from ``np_quat_apply``'s)."""
+    w, x, y, z = q[..., 0], -q[..., 1], -q[..., 2], -q[..., 3]
+    vx, vy, vz = v.unbind(-1)
+    tx = 2 * (y * vz - z * vy)
+    ty = 2 * (z * vx - x * vz)
+    tz = 2 * (x * vy - y * vx)
+    return v + torch.stack([
+        w * tx + y * tz - z * ty,
+        w * ty + z * tx - x * tz,
+        w * tz + x * ty - y * tx,
+    ], dim=-1)
