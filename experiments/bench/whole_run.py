@@ -20,8 +20,10 @@ import argparse
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -86,17 +88,25 @@ def newest_run_dir(root: Path, since_unix: float) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
-def run(tree: Path, overrides: list[str], env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
-    """Launch the trainer, stream its output with timestamps, and return the record and the log lines."""
+def run(tree: Path, overrides: list[str], env: dict[str, str],
+        timeout_s: float | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Launch the trainer, stream its output with timestamps, and return the record and the log lines. After
+    ``timeout_s`` the trainer gets SIGTERM (its stop checkpoints and exits 143); the record says so."""
     command = [sys.executable, TRAIN, *overrides, *QUIET]
     launch_unix, launch = time.time(), time.monotonic()
     proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(timeout_s, proc.send_signal, (signal.SIGTERM,)) if timeout_s else None
+    if timer is not None:
+        timer.start()
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(f"{time.monotonic() - launch:9.3f} {line.rstrip()}")
     code = proc.wait()
-    record: dict[str, Any] = {"command": ["python3", *command[1:]], "exit_code": code,
+    timed_out = timer is not None and not timer.is_alive() and timer.finished.is_set() and code != 0
+    if timer is not None:
+        timer.cancel()
+    record: dict[str, Any] = {"command": ["python3", *command[1:]], "exit_code": code, "timed_out": timed_out,
                               "launch_unix": launch_unix, "launch_to_end_s": time.monotonic() - launch,
                               "output_lines": len(lines)}
     named = [o.split("=", 1)[1].strip("'\"") for o in overrides if o.startswith("training.log_dir=")]
@@ -118,13 +128,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--label", default="whole-run")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the run's environment")
+    parser.add_argument("--timeout-s", type=float, help="SIGTERM to the trainer after this many seconds")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = parser.parse_args()
     env = dict(os.environ)
     for item in args.env:
         key, _, value = item.partition("=")
         env[key] = value
-    record, lines = run(args.tree.resolve(), args.overrides, env)
+    record, lines = run(args.tree.resolve(), args.overrides, env, args.timeout_s)
     record["label"] = args.label
     record["environment"] = {item.partition("=")[0]: item.partition("=")[2] for item in args.env}
     args.out.mkdir(parents=True, exist_ok=True)
