@@ -49,3 +49,8 @@ def make_go2_joystick_flat_mujoco_cpu_env(num_envs: int, device: torch.device, s
                                           env_cfg_override: dict[str, Any] | None = None) -> NumpyEnvAsDeviceEnv:
     return make_task_cpu_env("go2_joystick_flat/mujoco", num_envs, device, seed, env_cfg_override=env_cfg_override)
 
+
+
+def make_go2_joystick_flat_mjwarp_cpu_env(num_envs: int, device: torch.device, seed: int, *,
+                                          env_cfg_override: dict[str, Any] | None = None) -> NumpyEnvAsDeviceEnv:
+    return make_task_cpu_env("go2_joystick_flat/mjwarp", num_envs, device, seed, env_cfg_override=env_cfg_override)

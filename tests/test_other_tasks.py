@@ -5,7 +5,8 @@
   a broken clip (one array a frame short) fails in that loader; the generator never overwrites a clip that is
   there (the real one is used when present) and refuses a folder that is not a tree in one line.
 - Each owner trains 3 iterations through UniLab's command line on the patched tree and the overlay
-  (`g1_motion_tracking/mujoco`, `/mjwarp` on Warp's CPU device, `go2_joystick_flat/mujoco`): the task's own
+  (`g1_motion_tracking/mujoco`, `/mjwarp` on Warp's CPU device, `go2_joystick_flat/mujoco`, and `/mjwarp`, the
+  series' own owner (unilab 0008), on Warp's CPU device): the task's own
   NumPy env, built as the host collector builds it, behind the device-resident collector's contract
   (`tests/task_env_adapter.py`), since UniLab's host collector needs a CUDA or MPS learner. The motion tracking
   env reads the synthetic clip through UniLab's loader; the Go2 env the seeded Go2 meshes (`base_4.obj` is a
@@ -35,6 +36,7 @@ from conftest import PROJECT, SideBySide, runnable_tree
 FACTORIES = {
     "g1_motion_tracking/mjwarp": "task_env_adapter:make_g1_motion_tracking_mjwarp_cpu_env",
     "g1_motion_tracking/mujoco": "task_env_adapter:make_g1_motion_tracking_mujoco_cpu_env",
+    "go2_joystick_flat/mjwarp": "task_env_adapter:make_go2_joystick_flat_mjwarp_cpu_env",
     "go2_joystick_flat/mujoco": "task_env_adapter:make_go2_joystick_flat_mujoco_cpu_env",
 }
 
@@ -138,6 +140,7 @@ def runs(request: pytest.FixtureRequest, trees: tuple[Path, Path, Path],
         "test_g1_motion_tracking_mjwarp_trains_on_warps_cpu_device": lambda: trained("g1_motion_tracking/mjwarp"),
         "test_g1_motion_tracking_mujoco_trains_on_the_cpu": lambda: trained("g1_motion_tracking/mujoco"),
         "test_go2_joystick_flat_mujoco_trains_on_the_cpu": lambda: trained("go2_joystick_flat/mujoco"),
+        "test_go2_joystick_flat_mjwarp_trains_on_warps_cpu_device": lambda: trained("go2_joystick_flat/mjwarp"),
         "test_the_owners_host_collector_is_refused_on_a_cpu_learner": refused,
         "test_without_the_clip_unilabs_loader_fails": lambda: trained("g1_motion_tracking/mujoco", bare),
         "test_without_the_overlay_the_checks_fail": lambda: (trained("go2_joystick_flat/mujoco", tree, False),
@@ -206,6 +209,11 @@ def test_g1_motion_tracking_mujoco_trains_on_the_cpu(runs: SideBySide, request: 
 
 
 def test_go2_joystick_flat_mujoco_trains_on_the_cpu(runs: SideBySide, request: pytest.FixtureRequest) -> None:
+    check_trained(*runs.result(request))
+
+
+def test_go2_joystick_flat_mjwarp_trains_on_warps_cpu_device(runs: SideBySide,
+                                                              request: pytest.FixtureRequest) -> None:
     check_trained(*runs.result(request))
 
 

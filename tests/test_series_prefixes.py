@@ -156,15 +156,25 @@ def test_every_prefix_applies_imports_and_trains_on_cpu(tmp_path: Path, trees: d
     assert not digests & set(lines[str(negative)].split()[1:-1]), proc.stdout
 
 
-def _as_recorded(patches: list, trees: dict, runtime: dict | None = None) -> tuple[dict, dict]:
-    """The applied trees of ``patches`` with the record's differences put back as they were (each amended text
-    replaced by the recorded text, each removed file restored, each module moved into the project's own package
-    put back at its old path with its old import lines), and per target the files whose content differs from the
-    record's post-images. runtime: the own package's files (overlay-relative), by default as runtime/ holds them."""
+def _as_recorded(patches: list, trees: dict, runtime: dict | None = None,
+                 added_files: dict | None = None) -> tuple[dict, dict]:
+    """The applied trees of ``patches`` with the record's differences put back as they were (each file added since
+    removed, each amended text replaced by the recorded text, each removed file restored, each module moved into
+    the project's own package put back at its old path with its old import lines), and per target the files whose
+    content differs from the record's post-images. runtime: the own package's files (overlay-relative), by default
+    as runtime/ holds them; added_files: per target, path -> why, by default the record's ``added_files``. The files
+    the series adds to a target's pristine tree must be exactly those listed (moved modules are put back later)."""
     runtime = own_files() if runtime is None else runtime
+    added_files = RECORD.get("added_files", {}) if added_files is None else added_files
     got, differing = {}, {}
     for target, (files, post) in applied_files(patches, trees).items():
         files = dict(files)
+        listed = added_files.get(target, {})
+        new = sorted(rel for rel in files if rel not in trees[target])
+        assert new == sorted(listed), (target, "files added to the pristine tree", new, "listed", sorted(listed))
+        assert all(str(why).strip() for why in listed.values()), (target, "an added file without why")
+        for rel in listed:
+            del files[rel]
         for rel, pairs in RECORD["amended"].get(target, {}).items():
             text = files[rel][0].decode()
             for new, old in pairs:
@@ -198,7 +208,8 @@ def test_curated_series_builds_the_trees_of_the_series_it_replaced(trees: dict) 
     # The post-images differ in exactly the amended and removed files, and with their recorded texts put back every
     # target's whole tree (every file, touched or not: path, mode and bytes) is the recorded one.
     assert differing == {t: sorted({*RECORD["amended"].get(t, {}), *RECORD["removed_files"].get(t, {}),
-                                    *RECORD["moved"].get(t, {})}) for t in differing}
+                                    *RECORD["moved"].get(t, {}), *RECORD.get("added_files", {}).get(t, {})})
+                         for t in differing}
     assert got == {t: RECORD["applied"][t]["tree_sha256"] for t in got}
 
 
@@ -230,6 +241,23 @@ def test_the_sameness_record_catches_a_changed_own_module(trees: dict) -> None:
     assert got["uni_rl"] != RECORD["applied"]["uni_rl"]["tree_sha256"]
     assert {t: got[t] for t in ("unilab", "unisim")} == {t: RECORD["applied"][t]["tree_sha256"]
                                                          for t in ("unilab", "unisim")}
+
+
+def test_the_sameness_record_names_every_added_file(trees: dict) -> None:
+    """Negative controls: a file the series adds that the record does not list, and a listed file the series does
+    not add, each fail the comparison; the record's own list passes (the test above)."""
+    patches = load_series(PROJECT / "patches").patches
+    listed = RECORD["added_files"]
+    assert listed["unilab"], "the series adds files to the unilab tree and the record lists them"
+    unlisted = {**listed, "unilab": dict(list(listed["unilab"].items())[1:])}
+    with pytest.raises(AssertionError, match="files added to the pristine tree"):
+        _as_recorded(patches, trees, added_files=unlisted)
+    absent = {**listed, "unilab": {**listed["unilab"], "src/unilab/conf/flashsac/task/absent/mjwarp.yaml": "none"}}
+    with pytest.raises(AssertionError, match="files added to the pristine tree"):
+        _as_recorded(patches, trees, added_files=absent)
+    without_why = {**listed, "unilab": {rel: " " for rel in listed["unilab"]}}
+    with pytest.raises(AssertionError, match="an added file without why"):
+        _as_recorded(patches, trees, added_files=without_why)
 
 
 def test_the_sameness_record_catches_a_missing_patch(trees: dict) -> None:

@@ -80,7 +80,8 @@ def test_every_flashsac_task_of_the_tree_is_listed(patched: tuple[list[str], Cal
     found, _ = patched
     assert found == ["g1_motion_tracking/genesis", "g1_motion_tracking/mjwarp", "g1_motion_tracking/motrix",
                      "g1_motion_tracking/mujoco", "g1_motion_tracking/newton", "g1_walk_flat/mjwarp",
-                     "g1_walk_flat/motrix", "g1_walk_flat/mujoco", "go2_joystick_flat/mujoco"]
+                     "g1_walk_flat/motrix", "g1_walk_flat/mujoco", "go2_joystick_flat/mjwarp",
+                     "go2_joystick_flat/mujoco"]
 
 
 def learner_switches_of(params: dict) -> dict:
