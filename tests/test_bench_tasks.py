@@ -138,8 +138,8 @@ def test_unknown_task_and_impossible_runs_are_one_line_before_cuda(tmp_path: Pat
     line = _one_line(matrix("--task", "g1_walking"), "bench_matrix")
     assert line.endswith("TASK=g1_walking: unknown task 'g1_walking'; known: g1_walk_flat, g1_motion_tracking, "
                          "go2_joystick_flat")
-    assert "go2_joystick_flat has no mjwarp owner" in _one_line(matrix("--task", "go2_joystick_flat", "--sims",
-                                                                       "mujoco,mjwarp"), "bench_matrix")
+    assert "go2_joystick_flat has no device env" in _one_line(
+        matrix("--task", "go2_joystick_flat", "--sims", "mjwarp", "--collectors", "device"), "bench_matrix")
     assert "g1_motion_tracking has no device env" in _one_line(
         matrix("--task", "g1_motion_tracking", "--sims", "mjwarp", "--collectors", "device"), "bench_matrix")
     assert not results.exists()

@@ -309,7 +309,8 @@ TASKS: dict[str, BenchTask] = {
         BenchTask("g1_walk_flat", "G1 Walk Flat", "G1", ("mujoco", "mjwarp"), G1_SCENE, device_env=True),
         BenchTask("g1_motion_tracking", "G1 motion tracking", "G1", ("mujoco", "mjwarp"), G1_SCENE,
                   motion_clip="motions/g1/dance1_subject2_part.npz"),
-        BenchTask("go2_joystick_flat", "Go2 joystick flat", "Go2", ("mujoco",), "src/unilab/assets/robots/go2/scene_flat.xml"),
+        BenchTask("go2_joystick_flat", "Go2 joystick flat", "Go2", ("mujoco", "mjwarp"),
+                  "src/unilab/assets/robots/go2/scene_flat.xml"),
     )
 }
 
