@@ -42,8 +42,10 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "report": ("algo.num_envs=256", "algo.batch_size=256", "algo.replay_buffer_n=32", "algo.learning_starts=8",
                "algo.policy_frequency=2", "algo.updates_per_step=2"),
 }
-#: What the trainings run: the README's GPU command (MuJoCo Warp, the device collector), one iteration, every
-#: compile before it (so the warm-up compiles everything and saves the artifacts).
+#: What the trainings run by default: the README's GPU command (MuJoCo Warp, the device collector), one iteration,
+#: every compile before it (so the warm-up compiles everything and saves the artifacts). A host that trains on CPU
+#: MuJoCo builds them with ``g1_walk_flat/mujoco`` (``--task``; the host collector's learner warms up on its own
+#: layouts, which the warm-up's file names hold).
 TASK = "task=g1_walk_flat/mjwarp"
 RUN = ("algo.max_iterations=1", "training.compile_behind=false", "training.no_play=true",
        "training.export_onnx=false", "training.logger=no_print")
@@ -71,7 +73,7 @@ def host_facts(python: Sequence[str], env: Mapping[str, str]) -> dict[str, str] 
 
 
 def build(dest: Path, tree: Path, overlay: Path, python: Sequence[str], env: Mapping[str, str],
-          settings: Sequence[str] = tuple(SETTINGS)) -> dict[str, Any]:
+          settings: Sequence[str] = tuple(SETTINGS), task: str = TASK) -> dict[str, Any]:
     """Run one training iteration per setting in the applied ``tree`` (compiling before it) with the compile cache
     folder at ``dest``, and write the record; returns it. Needs a CUDA device (one line otherwise)."""
     facts = host_facts(python, env)
@@ -87,8 +89,8 @@ def build(dest: Path, tree: Path, overlay: Path, python: Sequence[str], env: Map
                "PYTHONPATH": os.pathsep.join([str(overlay), str(tree / "src"), env.get("PYTHONPATH", "")]).rstrip(
                    os.pathsep)}
     for setting in settings:
-        print(f"[compile-artifacts] {setting}: one iteration of {TASK}, every compile before it", flush=True)
-        proc = subprocess.run([*python, "src/unilab/scripts/train_flashsac.py", TASK, *SETTINGS[setting], *RUN],
+        print(f"[compile-artifacts] {setting}: one iteration of {task}, every compile before it", flush=True)
+        proc = subprocess.run([*python, "src/unilab/scripts/train_flashsac.py", task, *SETTINGS[setting], *RUN],
                               cwd=tree, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               check=False)
         if proc.returncode != 0:
@@ -99,7 +101,7 @@ def build(dest: Path, tree: Path, overlay: Path, python: Sequence[str], env: Map
     if len(files) < len(settings):
         raise OfflineError(f"the trainings saved {len(files)} artifact file(s) for {len(settings)} setting(s): "
                            f"was {dest} used by the warm-up?")
-    record = {**facts, "settings": list(settings), "task": TASK, "files": files}
+    record = {**facts, "settings": list(settings), "task": task, "files": files}
     (dest / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return record
 
@@ -163,10 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--unilab-tree", type=Path, help="the applied UniLab tree (default: the embedded tree)")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), help="default: %(default)s")
+    parser.add_argument("--task", default=TASK.removeprefix("task="), help="the task owner (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         record = build(args.dest.resolve(), (args.unilab_tree or embedded_tree()).resolve(), OVERLAY_DIR.resolve(),
-                       [sys.executable], os.environ, args.settings)
+                       [sys.executable], os.environ, args.settings, f"task={args.task}")
     except OfflineError as exc:
         print(f"compile-artifacts: error: {exc}", file=sys.stderr)
         return 1
