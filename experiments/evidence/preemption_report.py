@@ -17,9 +17,15 @@ ORDER = {name: index for index, name in enumerate(
     ("report", "unilab-default", "host", "device", "sigterm", "sigint", "second-signal", "group-sigterm", "kill-collector", "resume"))}
 
 
+#: The phases in a run's order (``preemption_matrix.PHASES``).
+PHASE_ORDER = {name: index for index, name in enumerate(
+    ("before-first", "compile", "swap", "after-swap", "checkpoint-write", "iteration", "resumed"))}
+
+
 def _cases(folder: Path) -> list[dict[str, Any]]:
     cases = [json.loads(path.read_text(encoding="utf-8")) for path in folder.glob("*-*.json")]
-    return sorted(cases, key=lambda c: tuple(ORDER.get(c[key], 99) for key in ("setting", "collector", "fault")))
+    return sorted(cases, key=lambda c: (*(ORDER.get(c[key], 99) for key in ("setting", "collector", "fault")),
+                                        PHASE_ORDER.get(c.get("phase", "iteration"), 99)))
 
 
 def _outcome(case: dict[str, Any]) -> str:
@@ -39,9 +45,15 @@ def _outcome(case: dict[str, Any]) -> str:
 
 
 def table(folder: Path) -> str:
-    """One row per case: setting, collector, fault and what happened."""
-    rows = ["| setting | collector | fault | cases side by side | outcome |", "|---|---|---|---|---|"]
-    for case in _cases(folder):
-        rows.append(f"| {case['setting']} | {case['collector']} | {case['fault']} | "
+    """One row per case: setting, collector, fault, the phase of the run it was sent in (where the folder's cases
+    record phases: whether the run was in it) and what happened."""
+    cases = _cases(folder)
+    phased = any("phase" in case for case in cases)
+    head = "| setting | collector | fault |" + (" phase (met) |" if phased else "") + " cases side by side | outcome |"
+    rows = [head, "|---" * head.count(" | ") + "|---|"]
+    for case in cases:
+        phase = (f" {case.get('phase', 'iteration')} ({'yes' if case.get('phase_met', True) else 'no'}) |"
+                 if phased else "")
+        rows.append(f"| {case['setting']} | {case['collector']} | {case['fault']} |{phase} "
                     f"{case.get('concurrent_cases', 1)} | {_outcome(case)} |")
     return "\n".join(rows)
