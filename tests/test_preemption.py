@@ -143,6 +143,29 @@ def test_sigterm_checkpoints_exits_143_and_algo_resume_continues(tree: tuple[Pat
     assert files(logs) == before
 
 
+def test_a_resumed_run_stops_as_a_first_run_does(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    """The stop in a resumed run (stopped once by SIGTERM, resumed, then SIGINT): the one line, exit 130, the
+    checkpoint of its last finished iteration past the resumed one, no temporary left."""
+    logs = tmp_path / "run"
+    first = _popen(tree, TRAIN, *CLI, "algo.max_iterations=1000", f"training.log_dir='{logs}'")
+    _wait_for(logs / "model_5.pt", first)
+    first.send_signal(signal.SIGTERM)
+    _, stderr = first.communicate(timeout=60)
+    assert first.returncode == 143, stderr[-3000:]
+    resumed_from = max(int(p.stem.split("_")[1]) for p in logs.glob("model_*.pt"))
+    resumed = _popen(tree, TRAIN, *CLI, "algo.max_iterations=1000", f"training.log_dir='{logs}'", "algo.resume=true")
+    _wait_for(logs / f"model_{(resumed_from // 5 + 1) * 5}.pt", resumed)
+    resumed.send_signal(signal.SIGINT)
+    _, stderr = resumed.communicate(timeout=60)
+    assert resumed.returncode == 130, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if "training stopped by SIGINT" in line]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    stopped_at = int(lines[0].split("after iteration ")[1].split(":")[0])
+    assert stopped_at > resumed_from and not list(logs.glob(".model_*"))
+    saved = torch.load(logs / f"model_{stopped_at}.pt", map_location="cpu", weights_only=True)
+    assert saved["training_state"]["iteration"] == stopped_at
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_stop_while_the_trainer_starts_is_one_line(tree: tuple[Path, Path], tmp_path: Path, sig: int,
                                                      code: int) -> None:
