@@ -20,6 +20,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -120,6 +121,45 @@ def run(tree: Path, overrides: list[str], env: dict[str, str],
     except RuntimeError as exc:
         record["error"] = str(exc)
     return record, lines
+
+
+#: The compile helper's line when its warm-up is done (``flashsac_runtime.learner.compile_behind``).
+HELPER_DONE = "[compile behind] helper: Learner warm-up"
+
+
+def helper_done(log: Path) -> tuple[float, str] | None:
+    """Seconds after launch and the text of the compile helper's warm-up line in a run's log, if it has one."""
+    if not log.is_file():
+        return None
+    with gzip.open(log, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            seconds, _, text = line.strip().partition(" ")
+            if text.startswith(HELPER_DONE):
+                # The machine's cache path says nothing about the run: its file name is kept.
+                return float(seconds), re.sub(r"/\S*/", "", text.split("helper: ", 1)[1])
+    return None
+
+
+def table(folder: Path) -> str:
+    """One row per whole run of ``folder`` (its ``<label>.json`` and ``<label>-log.txt.gz``)."""
+    head = ("| run | exit | iterations | launch → 1st iteration (s) | compile helper done (s) | helper's warm-up | "
+            "launch → compiled learner (s) | launch → end (s) | env steps/s |")
+    rows = [head, "|---" * (head.count(" | ") + 1) + "|"]
+
+    def cell(value: float | None, digits: int = 1) -> str:
+        return "–" if value is None else f"{value:.{digits}f}"
+
+    for path in sorted(folder.glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        if "launch_to_end_s" not in run:
+            continue
+        helper = helper_done(folder / f"{path.stem}-log.txt.gz")
+        rows.append(f"| {run.get('label', path.stem)} | {run['exit_code']}{' (timed out)' if run.get('timed_out') else ''}"
+                    f" | {run.get('iterations_logged', '–')} | {cell(run.get('launch_to_first_iteration_s'))} | "
+                    f"{cell(helper[0] if helper else None)} | {helper[1] if helper else '–'} | "
+                    f"{cell(run.get('launch_to_compiled_s'))} | {cell(run['launch_to_end_s'])} | "
+                    f"{cell(run.get('env_steps_per_s_first_to_last'), 0)} |")
+    return "\n".join(rows)
 
 
 def main() -> int:

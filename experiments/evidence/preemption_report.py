@@ -36,6 +36,8 @@ def _outcome(case: dict[str, Any]) -> str:
                 f"{case['bitwise_equal_tensors']}/{case['tensors']} learner tensors bitwise equal to the "
                 f"uninterrupted run's, largest difference {case['max_abs_difference']:.3g}")
     checkpoint = Path(case["last_checkpoint"]).name if case.get("last_checkpoint") else "none"
+    if case.get("last_checkpoint_loads") is not None:
+        checkpoint += " (loads)" if case["last_checkpoint_loads"] else " (does not load)"
     left = len(case["processes_left"])
     temporaries = ", ".join(case["temporaries_left"]) or "none"
     line = case["lines"][0].split("] ", 1)[-1] if case["lines"] else "(no line: the immediate exit)"

@@ -14,7 +14,7 @@ from the env start's Warp build JSONs, ``env-kernels`` (device_env_report) from 
 from ``device_env_check.py --mode ops``, ``--mode sensors``, ``--mode sensor-stages``, ``--mode draws-ahead`` and
 ``--mode fused-terms`` JSONs,
 ``env-forms`` (device_env_report) from ``device_env_bench.py --forms`` JSONs, ``learner-kernels`` (learner_profile_report) from
-``learner_kernel_profile.py`` JSONs, and FOLDER a
+``learner_kernel_profile.py`` JSONs, ``whole-run`` (whole_run) from ``whole_run.py``'s records and logs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
 headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
 every such document from its folders; ``--check`` exits 1, naming the first stale block, when a document and
@@ -41,6 +41,7 @@ import mjwarp_kernel_build  # noqa: E402
 import mjwarp_report  # noqa: E402
 import preemption_report  # noqa: E402
 import time_to_reward  # noqa: E402
+import whole_run  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2]
 TABLES: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
@@ -77,6 +78,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "learner-beside-physics": device_env_report.learner_beside_table,
     "mjwarp-block-dim": mjwarp_report.block_dim_table,
     "learner-kernels": learner_profile_report.table,
+    "whole-run": whole_run.table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
 POOLED_FOLDER_TABLES = frozenset({"sim-training", "parity"})
