@@ -3,6 +3,10 @@
 ``make_g1_walk_device_env`` is the device env factory of G1 Walk Flat on ``mjwarp`` (UniLab's off-policy entry
 point names it for ``training.collector=device``): it builds the task's UniLab env on the ``mjwarp`` backend
 exactly as the host collector would, from the same env override, and wraps it in ``G1WalkDeviceEnv``.
+
+``make_go2_joystick_device_env`` is Go2 Joystick Flat's (``task=go2_joystick_flat/mjwarp``, named by
+``training.device_env_factory=flashsac_runtime.envs:make_go2_joystick_device_env``). Both wrap ``DeviceEnvBase``
+(``base.py``) with the task's own parts (``g1_walk.py``, ``go2_joystick.py``).
 """
 
 from __future__ import annotations
@@ -11,8 +15,10 @@ from typing import Any
 
 import torch
 
+from flashsac_runtime.envs.base import DeviceEnvBase
 from flashsac_runtime.envs.draws import NumpyDraws, TorchDraws
 from flashsac_runtime.envs.g1_walk import G1WalkDeviceEnv
+from flashsac_runtime.envs.go2_joystick import Go2JoystickDeviceEnv
 
 
 def make_g1_walk_device_env(num_envs: int, device: torch.device, seed: int, *,
@@ -34,20 +40,49 @@ def make_g1_walk_device_env(num_envs: int, device: torch.device, seed: int, *,
     bitwise the same); ``own_stream=False`` keeps Warp's blocking stream; ``graph=False`` keeps the step eager on
     CUDA; ``step_split=False`` leaves the timestamps out. The env class's own keyword defaults stay the reset on
     every step, without timestamps."""
+    return _make_device_env(G1WalkDeviceEnv, "G1WalkFlat", num_envs, device, seed,
+                            env_cfg_override=env_cfg_override, numpy_draws=numpy_draws, graph=graph,
+                            own_stream=own_stream, sensors_every_substep=sensors_every_substep,
+                            acceleration_sensors=acceleration_sensors, draws_ahead=draws_ahead,
+                            reset_only_when_done=reset_only_when_done, step_split=step_split)
+
+
+def make_go2_joystick_device_env(num_envs: int, device: torch.device, seed: int, *,
+                                 env_cfg_override: dict[str, Any] | None = None,
+                                 numpy_draws: bool = False, graph: bool = True,
+                                 own_stream: bool = True, sensors_every_substep: bool = False,
+                                 draws_ahead: bool = True, reset_only_when_done: bool = True,
+                                 step_split: bool = True) -> Go2JoystickDeviceEnv:
+    """The Go2 Joystick Flat device env (``task=go2_joystick_flat/mjwarp``), in the forms of
+    ``make_g1_walk_device_env``; its foot contact sensors are acceleration-stage, so the last substep computes that
+    stage (``acceleration_sensors=True``)."""
+    return _make_device_env(Go2JoystickDeviceEnv, "Go2JoystickFlat", num_envs, device, seed,
+                            env_cfg_override=env_cfg_override, numpy_draws=numpy_draws, graph=graph,
+                            own_stream=own_stream, sensors_every_substep=sensors_every_substep,
+                            acceleration_sensors=True, draws_ahead=draws_ahead,
+                            reset_only_when_done=reset_only_when_done, step_split=step_split)
+
+
+def _make_device_env(cls: type[DeviceEnvBase], task_name: str, num_envs: int, device: torch.device, seed: int, *,
+                     env_cfg_override: dict[str, Any] | None, numpy_draws: bool, graph: bool, own_stream: bool,
+                     sensors_every_substep: bool, acceleration_sensors: bool, draws_ahead: bool,
+                     reset_only_when_done: bool, step_split: bool) -> Any:
+    """UniLab's env of ``task_name`` on ``mjwarp`` from the run's env override, wrapped in the task's device env."""
     import numpy as np
 
     from unilab.base.env_factory import make_registry_env
 
-    host_env = make_registry_env("G1WalkFlat", "mjwarp", num_envs, {**(env_cfg_override or {}), "seed": int(seed)})
+    host_env = make_registry_env(task_name, "mjwarp", num_envs, {**(env_cfg_override or {}), "seed": int(seed)})
     env_device = torch.device(str(host_env._backend._device_data.qpos.device))  # noqa: SLF001
     if torch.device(device).type != env_device.type:
         raise ValueError(f"the device env runs where MuJoCo Warp runs ({env_device}), not on {device}")
     draws = (NumpyDraws(np.random.default_rng(int(seed)), env_device) if numpy_draws
              else TorchDraws(num_envs, env_device, int(seed)))
-    return G1WalkDeviceEnv(host_env, draws, graph=graph, own_stream=own_stream,
+    return cls(host_env, draws, graph=graph, own_stream=own_stream,
                            sensors_every_substep=sensors_every_substep, acceleration_sensors=acceleration_sensors,
                            draws_ahead=draws_ahead,
                            reset_only_when_done=reset_only_when_done, step_split=step_split)
 
 
-__all__ = ["G1WalkDeviceEnv", "make_g1_walk_device_env"]
+__all__ = ["DeviceEnvBase", "G1WalkDeviceEnv", "Go2JoystickDeviceEnv", "make_g1_walk_device_env",
+           "make_go2_joystick_device_env"]

@@ -1,70 +1,33 @@
 """G1 Walk Flat on MuJoCo Warp with the env's whole step on the device: physics, terms, resets, in torch.
 
-``G1WalkDeviceEnv`` wraps a UniLab ``ManagerBasedRlEnv`` built the usual way on the ``mjwarp`` backend (the same
-Hydra task config, model, solver options, substeps and term parameters) and replaces its host-side NumPy step
-with torch work on the MJWarp arrays (``MjwarpState``): the action term, the physics substeps, terminations,
-rewards with the penalty curriculum, the velocity command with its resampling, the gait phase, both observation
-groups with their noise, and the autoreset (``reset_scene_to_default``, ``reset_root_state_uniform``,
-``pd_gains``, command and gait resampling) of the done rows by mask. Every parameter is read from the
-materialized UniLab env; a task whose terms have no torch twin is refused when the env is built.
-
-The step follows UniLab 1.3.2's order exactly (``NpEnv.step`` → ``ManagerBasedRlEnv.update_state`` → autoreset
-→ ``ManagerBasedRlEnv.reset``), and makes the same random draws in the same order through a draw source
-(``draws.py``): with ``NumpyDraws`` seeded like ``env.rng`` the device env reproduces the NumPy env's trajectory,
-which is how the tests prove it is the same task. Training uses ``TorchDraws``: no host sync in a step. Draws are
-taken apart from what they are applied to (``_draw_*`` then ``_resample_command``, ``_observe``, ``_reset_rows``),
-so that with ``draws_ahead`` the draws of the next step can be taken beside this one (``_DrawBuffers``).
+``G1WalkDeviceEnv`` is ``DeviceEnvBase`` (``base.py``: the physics, the draws, the terms through their torch twins,
+the episode bookkeeping, the outputs) with G1 Walk Flat's own parts: its velocity command (``G1VelocityCommand``:
+forward envs, a planar dead zone, standing envs) with its resampling, the gait phase, the penalty curriculum, and the
+autoreset of the done rows by mask (``reset_scene_to_default``, ``reset_root_state_uniform``, ``pd_gains``, command
+and gait resampling). Every parameter is read from the materialized UniLab env; a task whose terms have no torch
+twin is refused when the env is built.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import functools
 import math
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from flashsac_runtime.collector.device_env import DeviceStep
 
-from flashsac_runtime.envs import terms as T
-from flashsac_runtime.envs.draws import Draws
-from flashsac_runtime.envs.mjwarp_state import MjwarpState
+from flashsac_runtime.envs.base import (  # noqa: F401 - _StepDraws: the draws' record, read by the checks
+    DeviceEnvBase,
+    _CommandDraw,
+    _RewardTerm,
+    _StepDraws,
+    _tensor,
+)
 from flashsac_runtime.envs.rotation import quat_apply_inverse, quat_from_euler_xyz, quat_mul
 
 _SE3_KEYS = ("x", "y", "z", "roll", "pitch", "yaw")
 _RESET_EVENTS = ("reset_scene_to_default", "reset_root_state_uniform", "pd_gains")
-
-
-@dataclass(frozen=True)
-class _ObsTerm:
-    name: str
-    twin: T.Term
-    params: dict[str, Any]
-    scale: torch.Tensor | None
-    noise: tuple[torch.Tensor, torch.Tensor] | None  # (n_max - n_min, n_min), float32, additive
-    width: int  # the term's columns (UniLab's term dims)
-
-
-@dataclass(frozen=True)
-class _RewardTerm:
-    name: str
-    twin: T.Term
-    params: dict[str, Any]
-    weight: float
-    curriculum_scaled: bool  # its weight is original * penalty scale
-
-
-@dataclass(frozen=True)
-class _CommandDraw:
-    """A command resampling's draws, worked out for every row: new resampling times, commands, standing flags."""
-    time_left: torch.Tensor
-    command: torch.Tensor
-    standing: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -78,217 +41,17 @@ class _ResetDraw:
     gait_phase: torch.Tensor | None
 
 
-@dataclass(frozen=True)
-class _StepDraws:
-    """Every draw of a step, taken ahead in the step's order: the time-out command resampling, the observation
-    noise, the reset, the reset rows' observation noise."""
-    command: _CommandDraw
-    noise: list[torch.Tensor | None]
-    reset: _ResetDraw
-    reset_noise: list[torch.Tensor | None]
-
-
-def _leaves(value: Any) -> list[torch.Tensor]:
-    """The tensors of a draw record (dataclasses, lists, None), in field order."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if value is None:
-        return []
-    if isinstance(value, list):
-        return [leaf for item in value for leaf in _leaves(item)]
-    return [leaf for field in dataclasses.fields(value) for leaf in _leaves(getattr(value, field.name))]
-
-
-def _rebuild(template: Any, leaves: Iterator[torch.Tensor]) -> Any:
-    """``template`` with its tensors taken from ``leaves``, in ``_leaves`` order."""
-    if isinstance(template, torch.Tensor):
-        return next(leaves)
-    if template is None:
-        return None
-    if isinstance(template, list):
-        return [_rebuild(item, leaves) for item in template]
-    return dataclasses.replace(template, **{field.name: _rebuild(getattr(template, field.name), leaves)
-                                            for field in dataclasses.fields(template)})
-
-
-class _DrawBuffers:
-    """A step's draws taken one step ahead: ``current`` is read by the step, ``pending`` is written beside it with
-    the next step's. Each is a ``_StepDraws`` of views into one byte buffer of its own, so that handing ``pending``
-    over (``take_pending``) is one copy, and the addresses never change (the step's CUDA graph reads them)."""
-
-    _ALIGN = 16
-
-    def __init__(self, template: _StepDraws) -> None:
-        leaves = _leaves(template)
-        offsets, size = [], 0
-        for leaf in leaves:
-            size = -(-size // self._ALIGN) * self._ALIGN
-            offsets.append(size)
-            size += leaf.numel() * leaf.element_size()
-        self._bytes = [torch.zeros(size, dtype=torch.uint8, device=leaves[0].device) for _ in range(2)]
-        views = [[buffer[start:start + leaf.numel() * leaf.element_size()].view(leaf.dtype).view(leaf.shape)
-                  for start, leaf in zip(offsets, leaves, strict=True)] for buffer in self._bytes]
-        self.current: _StepDraws = _rebuild(template, iter(views[0]))
-        self.pending: _StepDraws = _rebuild(template, iter(views[1]))
-
-    @staticmethod
-    def write(target: _StepDraws, drawn: _StepDraws) -> None:
-        for view, value in zip(_leaves(target), _leaves(drawn), strict=True):
-            view.copy_(value)
-
-    def take_pending(self) -> None:
-        self._bytes[0].copy_(self._bytes[1])
-
-
-def _tensor(values: Any, device: torch.device) -> torch.Tensor:
-    """A device copy of a UniLab array (its dtype kept; UniLab's arrays may be read-only views)."""
-    return torch.as_tensor(np.array(values, copy=True), device=device)
-
-
-class G1WalkDeviceEnv:
+class G1WalkDeviceEnv(DeviceEnvBase):
     """The device-resident G1 Walk Flat env: uni_rl's ``DeviceVecEnv`` contract (its ``DeviceStep`` outputs, buffers
     owned by the env and valid until the next step or reset)."""
 
-    def __init__(self, host_env: Any, draws: Draws, *, graph: bool = True, own_stream: bool = True,
-                 sensors_every_substep: bool = False, acceleration_sensors: bool = True, draws_ahead: bool = True,
-                 reset_only_when_done: bool = False, step_split: bool = False) -> None:
-        if draws_ahead and not getattr(draws, "graph_safe", False):  # UniLab's NumPy draws are sized by the rows
-            raise ValueError("draws ahead of the physics need row-independent draws (TorchDraws)")
-        self.host_env = host_env
-        if host_env.state is None:
-            # One host reset materializes UniLab's lazily bound reset transaction (default qpos/qvel, gains);
-            # the device env then resets every row itself.
-            host_env.init_state()
-        self.sim = MjwarpState(host_env._backend, own_stream=own_stream,  # noqa: SLF001 - the env's own backend
-                               sensors_every_substep=sensors_every_substep,
-                               acceleration_sensors=acceleration_sensors)
-        self.device = self.sim.device
-        self.num_envs = int(host_env.num_envs)
-        self.draws = draws
-        dev = self.device
-        if getattr(host_env, "_uses_pre_step_control", False):
-            raise ValueError("the device env applies one control per env step; this task needs per-substep control")
-        self.substeps = int(host_env.cfg.sim_substeps)
-        self.step_dt = float(host_env.step_dt)
-        self.max_episode_length = int(host_env.max_episode_length)
+    name = "G1WalkDeviceEnv"
 
-        entity = host_env.scene["robot"]
-        data = entity.data
-        root_q, root_v = int(host_env._backend._root_qpos_dim), int(host_env._backend._root_qvel_dim)  # noqa: SLF001
-        joint_q = np.arange(host_env._backend._num_dof_pos)[data._joint_pos_index] + root_q  # noqa: SLF001
-        joint_v = np.arange(host_env._backend._num_dof_vel)[data._joint_vel_index] + root_v  # noqa: SLF001
-        n = self.num_envs
-
-        action = host_env.action_manager.get_term("joint_pos")
-        if action._clip is not None or type(action).__name__ != "JointPositionAction":  # noqa: SLF001
-            raise ValueError("the device env supports one unclipped JointPositionAction term")
-        self._action_scale = float(action._scale)  # noqa: SLF001
-        self._action_offset = _tensor(action._offset, dev)  # noqa: SLF001
-        self._ctrl_cols = torch.as_tensor(
-            entity._actuator_ids[entity._joint_to_actuator_local[action._target_ids]], device=dev)  # noqa: SLF001
-        self.action_dim = int(action.action_dim)
-
-        self.state = T.DeviceEnvState(
-            sim=self.sim,
-            joint_qpos_cols=torch.as_tensor(joint_q, device=dev),
-            joint_qvel_cols=torch.as_tensor(joint_v, device=dev),
-            root_qpos_cols=_tensor(entity._reset_root_layout.qpos_indices, dev),  # noqa: SLF001
-            default_joint_pos=_tensor(data.default_joint_pos, dev),
-            default_joint_vel=_tensor(data.default_joint_vel, dev),
-            action=torch.zeros((n, self.action_dim), dtype=torch.float32, device=dev),
-            prev_action=torch.zeros((n, self.action_dim), dtype=torch.float32, device=dev),
-            command=torch.zeros((n, 3), dtype=torch.float32, device=dev),
-            gait_phase=torch.zeros((n, 2), dtype=torch.float32, device=dev),
-            episode_length=torch.zeros(n, dtype=torch.int64, device=dev),
-            max_episode_length=self.max_episode_length,
-        )
-        self._bind_observations(host_env)
-        self._bind_rewards(host_env)
-        self._bind_terminations(host_env)
-        self._bind_command(host_env)
-        self._bind_gait(host_env)
-        self._bind_curriculum(host_env)
-        self._bind_reset_events(host_env)
-
-        self.steps = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.time_left = torch.zeros(n, dtype=torch.float32, device=dev)
-        self.is_standing = torch.zeros(n, dtype=torch.bool, device=dev)
-        self.reward = torch.zeros(n, dtype=torch.float32, device=dev)
-        self.terminated = torch.zeros(n, dtype=torch.bool, device=dev)
-        self.truncated = torch.zeros(n, dtype=torch.bool, device=dev)
-        self.policy_obs = torch.zeros((n, self.policy_obs_dim), dtype=torch.float32, device=dev)
-        self.critic_obs = torch.zeros((n, self.critic_obs_dim), dtype=torch.float32, device=dev)
-        self.final_policy_obs = torch.zeros_like(self.policy_obs)
-        self.final_critic_obs = torch.zeros_like(self.critic_obs)
-        self._all_rows = torch.ones(n, dtype=torch.bool, device=dev)
-        self._done = torch.zeros(n, dtype=torch.bool, device=dev)
-        self._action_in = torch.zeros((n, self.action_dim), dtype=torch.float32, device=dev)
-        # The whole step as one CUDA graph (CUDA, graph-safe draws): captured by the first reset.
-        self._graph: torch.cuda.CUDAGraph | None = None
-        self.graph_status = ("pending" if graph and dev.type == "cuda" and getattr(draws, "graph_safe", False)
-                             else "off")
-        # Draws ahead: the next step's draws, taken beside each step on a stream of their own on CUDA (a CUDA graph
-        # of their own once the step's is captured); the buffers are made by the first reset.
-        self._draws_ahead = draws_ahead
-        # With ``reset_only_when_done`` the reset of the done rows runs only on steps with one (``_step_body``); with
-        # draws in the step it always runs, since its draws move the generator on every step.
-        self._reset_only_when_done = reset_only_when_done and draws_ahead
-        self._draw_stream = torch.cuda.Stream(dev) if draws_ahead and dev.type == "cuda" else None
-        self._draw_graph: torch.cuda.CUDAGraph | None = None
-        self._drawn: _DrawBuffers | None = None
-        # ``step_split``: the step stamps its parts' boundaries on the device (``step_stamps``), for the collector's
-        # time split of the step (physics, terms, reset).
-        self.step_stamps: Any = None
-        if step_split:
-            from flashsac_runtime.envs.step_stamps import StepStamps
-
-            self.step_stamps = StepStamps(dev)
-
-    # --- binding the task config (cold path) --------------------------------------------------------------
-
-    def _bind_observations(self, env: Any) -> None:
-        manager = env.observation_manager
-        groups = {}
-        for role, group in (("policy", env.cfg.policy_observation_group), ("critic", env.cfg.critic_observation_group)):
-            terms = []
-            for name, cfg, dims in zip(manager._group_obs_term_names[group], manager._group_obs_term_cfgs[group],  # noqa: SLF001
-                                       manager._group_obs_term_dim[group], strict=True):  # noqa: SLF001
-                if cfg.clip is not None or cfg.history_length or cfg.delay_max_lag:
-                    raise ValueError(f"the device env has no clip/history/delay for observation term {group}/{name}")
-                noise = None
-                if cfg.noise is not None:
-                    if type(cfg.noise).__name__ != "UniformNoiseCfg" or cfg.noise.operation != "add":
-                        raise ValueError(f"the device env supports additive uniform noise only ({group}/{name})")
-                    lo = np.asarray(cfg.noise.n_min, dtype=np.float32)
-                    hi = np.asarray(cfg.noise.n_max, dtype=np.float32)
-                    noise = (torch.as_tensor(hi - lo, device=self.device), torch.as_tensor(lo, device=self.device))
-                scale = None if cfg.scale is None else _tensor(cfg.scale, self.device)
-                terms.append(_ObsTerm(name, T.twin_of("observation", name, cfg.func), dict(cfg.params), scale, noise,
-                                      int(dims[0])))
-            groups[role] = terms
-        self._policy_terms, self._critic_terms = groups["policy"], groups["critic"]
-        dims = env.obs_groups_spec
-        self.policy_obs_dim, self.critic_obs_dim = int(dims["obs"]), int(dims["critic"])
-
-    def _bind_rewards(self, env: Any) -> None:
-        manager = env.reward_manager
-        if not manager._scale_by_dt:  # noqa: SLF001
-            raise ValueError("the device env scales rewards by dt, as the G1 task does")
-        self._rewards = [
-            _RewardTerm(name, T.twin_of("reward", name, cfg.func), self._device_params(cfg.params), float(cfg.weight),
-                        False)
-            for name, cfg in zip(manager._term_names, manager._term_cfgs, strict=True)  # noqa: SLF001
-            if cfg.weight != 0.0
-        ]
-
-    def _device_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Term parameters with their number lists (e.g. ``pose_weights``) as float64 device tensors, made once."""
-        return T.device_params(params, self.device)
-
-    def _bind_terminations(self, env: Any) -> None:
-        manager = env.termination_manager
-        self._terminations = [(T.twin_of("termination", name, cfg.func), dict(cfg.params), bool(cfg.time_out))
-                              for name, cfg in zip(manager._term_names, manager._term_cfgs, strict=True)]  # noqa: SLF001
+    def _bind_task(self, env: Any) -> None:
+        self._bind_command(env)
+        self._bind_gait(env)
+        self._bind_curriculum(env)
+        self._bind_reset_events(env)
 
     def _bind_command(self, env: Any) -> None:
         names = env.command_manager.active_terms
@@ -353,231 +116,11 @@ class G1WalkDeviceEnv:
         self._default_kp = _tensor(gains._default_kp, self.device)  # noqa: SLF001
         self._default_kd = _tensor(gains._default_kd, self.device)  # noqa: SLF001
 
-    # --- the contract -------------------------------------------------------------------------------------
+    # --- the task's parts of the step ---------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _on_sim_stream(self) -> Iterator[None]:
-        """Run on the env's stream, ordered after the caller's work and before the caller's next work.
-
-        These two waits are every order between the env and its caller: the env's own stream (the default,
-        ``MjwarpState``) is non-blocking, so no implicit synchronization with torch's default stream adds any.
-        """
-        stream = self.sim.stream
-        if stream is None:
-            yield
-            return
-        caller = torch.cuda.current_stream(self.device)
-        stream.wait_stream(caller)
-        with torch.cuda.stream(stream):
-            yield
-        caller.wait_stream(stream)
-
-    def describe(self) -> dict[str, str]:
-        """The form of the step as it runs (the device runner records it in the run's ``runtime_manifest``): its CUDA
-        graph (``captured``; ``off`` on the CPU or without graph-safe draws; ``eager (capture failed: ...)``), and
-        the form of each part it was built with (stream, sensors, draws, reset, terms, timestamps; the terms are
-        always the torch twins, ``terms``)."""
-        return {"step_graph": self.graph_status, "stream": self.sim.stream_kind, "sensors": self.sim.sensors_in,
-                "draws_ahead": "true" if self._draws_ahead else "false",
-                "reset": "when_done" if self._reset_only_when_done else "every_step",
-                "terms": "torch",
-                "step_split": "stamped" if self.step_stamps is not None else "off"}
-
-    def reset(self) -> DeviceStep:
-        """Reset every env (UniLab's ``init_state``): no curriculum update, reward 0, no dones.
-
-        The first reset on CUDA also records the step's CUDA graph, here, ahead of the training loop (the
-        collector resets the env before the learner's warm-up compiles and captures): the capture needs one
-        eager step first (kernel loads, lazy allocations), taken with zero actions and then undone by
-        resetting every env again.
-        """
-        with self._on_sim_stream():
-            self._reset_all()
-            if self.graph_status == "pending":
-                self._action_in.zero_()
-                self._step_eager()
-                self._capture()
-                self._reset_all()
-        return self._output()
-
-    def _reset_all(self) -> None:
-        self.reward.zero_()
-        self._reset_rows(self._all_rows, update_curriculum=False)
-        self.terminated.zero_()
-        self.truncated.zero_()
-        self.final_policy_obs.copy_(self.policy_obs)
-        self.final_critic_obs.copy_(self.critic_obs)
-        if self._draws_ahead:  # the first step's draws, after the reset's: the order of draws taken in the step
-            drawn = self._draw_step()
-            if self._drawn is None:
-                self._drawn = _DrawBuffers(drawn)
-            self._drawn.write(self._drawn.current, drawn)
-
-    def step(self, actions: torch.Tensor) -> DeviceStep:
-        with self._on_sim_stream():
-            self._action_in.copy_(actions)
-            if self._graph is not None:
-                self._draw_next()
-                self._graph.replay()
-                self._take_next()
-            else:
-                self._step_eager()
-        return self._output()
-
-    def _step_eager(self) -> None:
-        self._draw_next()
-        self._step_body()
-        self._take_next()
-
-    def _capture(self) -> None:
-        """Record the step as one CUDA graph, and the next step's draws as one of their own (draws ahead); a capture
-        that fails leaves the eager step, with the reason.
-
-        A failed capture leaves a generator registered with it in capture state, where its next eager draw stops
-        the run: the draws then go on from a new generator with the state from before the capture (the same
-        numbers the step would have drawn).
-        """
-        generators = (self.draws.generator,)  # type: ignore[attr-defined]
-        state = self.draws.generator.get_state()  # type: ignore[attr-defined]
-        try:
-            # With draws ahead the step's graph takes no draw, and must not register the generator: a replay of a
-            # graph that does rewrites the generator's offset on the device, which the draws' graph reads beside it.
-            self._graph = self.sim.capture(self._step_body, () if self._draws_ahead else generators)
-            if self._draw_stream is not None:
-                self._draw_graph = self.sim.capture(self._write_next_draws, generators, stream=self._draw_stream,
-                                                    warp=False)
-            self.graph_status = "captured"
-        except RuntimeError as exc:
-            self._graph = self._draw_graph = None
-            generator = torch.Generator(device=self.device)
-            generator.set_state(state)
-            self.draws.generator = generator  # type: ignore[attr-defined]
-            self.graph_status = f"eager (capture failed: {str(exc).splitlines()[0]})"
-            print(f"G1WalkDeviceEnv: the step stays eager: {self.graph_status}", file=sys.stderr)
-
-    def _step_body(self) -> None:
-        """One env step (UniLab's order), reading the action from ``_action_in``: no host sync, fixed shapes.
-
-        With ``draws_ahead`` the step takes no draw: it reads the draws taken beside the step before it (every
-        random draw of the step and what is computed from draws alone: reset states, gains, commands, gait phases,
-        observation noise), in the step's draw order.
-
-        ``reset_only_when_done`` (with draws ahead) runs the reset of the done rows only on a step with a done row
-        (``MjwarpState.when_any``: a conditional node of the step's graph). A reset of no rows changes no output
-        and nothing a later step reads: every update in it is masked by the rows, the curriculum keeps its level
-        without a done row, and MuJoCo Warp's ``reset_data`` skips unmasked worlds. Its kinematics pass (for the
-        reset rows' sensors) rewrites derived arrays of every world (body poses, COM velocities), which the next
-        step's forward computes again before reading them; the sensors of the other rows are put back.
-        """
+    def _advance_phase(self) -> None:
         s = self.state
-        ahead = self._drawn.current if self._drawn is not None else None
-        stamps = self.step_stamps
-        if stamps is not None:
-            stamps.start()
-        s.prev_action.copy_(s.action)
-        s.action.copy_(self._action_in)
-        self.sim.ctrl[:, self._ctrl_cols] = s.action * self._action_scale + self._action_offset
-        self.sim.step(self.substeps)
-        if stamps is not None:
-            stamps.after("env_physics")
-        self._after_physics(ahead)
-        reset = functools.partial(self._reset_rows, self._done, update_curriculum=True,
-                                  drawn=ahead.reset if ahead else None, noise=ahead.reset_noise if ahead else None)
-        if stamps is not None:
-            stamps.after("env_terms")
-        done = self._done
-        if self._reset_only_when_done:
-            self.sim.when_any(done, reset)
-        else:
-            reset()
-        if stamps is not None:
-            stamps.after("env_reset")
-
-    def _after_physics(self, ahead: _StepDraws | None) -> None:
-        """The step's work between the physics and the reset: episode length, terminations into ``_done``, gait phase,
-        rewards (NaN guarded: the reset never touches them), the command, both observation groups, the final
-        observations, the step count."""
-        s = self.state
-        torch.add(self.steps, 1, out=s.episode_length)
-        self._terminate()
-        done = torch.logical_or(self.terminated, self.truncated, out=self._done)
         torch.fmod(s.gait_phase + self._gait_delta, 2.0 * math.pi, out=s.gait_phase)
-        self._reward()
-        torch.nan_to_num(self.reward, nan=0.0, posinf=0.0, neginf=0.0, out=self.reward)
-        self._advance_command(done, ahead.command if ahead else None)
-        self._observe(self._all_rows, ahead.noise if ahead else None)
-        self.final_policy_obs.copy_(self.policy_obs)
-        self.final_critic_obs.copy_(self.critic_obs)
-        self.steps += 1
-
-    def _draw_step(self) -> _StepDraws:
-        """Every draw of a step and what follows from draws alone, in the step's draw order (the draws ignore the
-        rows: ``TorchDraws``)."""
-        rows = self._all_rows
-        command = self._draw_command(rows)
-        noise = self._draw_noise(rows)
-        reset = self._draw_reset(rows)
-        return _StepDraws(command, noise, reset, self._draw_noise(rows))
-
-    def _write_next_draws(self) -> None:
-        assert self._drawn is not None
-        self._drawn.write(self._drawn.pending, self._draw_step())
-
-    def _draw_next(self) -> None:
-        """Draws ahead: the next step's draws into ``pending``, beside this step (on the draw stream on CUDA, as its
-        own CUDA graph once captured). They come after this step's draws (taken beside the step before) and before
-        the next step's, so the generator's order is that of draws taken in the step.
-
-        The draws are a graph of their own, not a branch inside the step's graph: MuJoCo Warp's solver loop and
-        collision dispatch are conditional graph nodes, for which Warp ends and resumes the step's capture, and
-        CUDA refuses to end a capture while a stream forked from it has not joined.
-        """
-        if not self._draws_ahead:
-            return
-        stream = self._draw_stream
-        if stream is None:
-            self._write_next_draws()
-            return
-        stream.wait_stream(torch.cuda.current_stream(self.device))  # the previous step took ``pending`` over
-        with torch.cuda.stream(stream):
-            if self._draw_graph is not None:
-                self._draw_graph.replay()
-            else:
-                self._write_next_draws()
-
-    def _take_next(self) -> None:
-        """Draws ahead: after the step, ``pending`` becomes ``current`` (one copy, once the draws have finished)."""
-        if not self._draws_ahead:
-            return
-        assert self._drawn is not None
-        if self._draw_stream is not None:
-            torch.cuda.current_stream(self.device).wait_stream(self._draw_stream)
-        self._drawn.take_pending()
-
-    def _output(self) -> DeviceStep:
-        return DeviceStep(self.policy_obs, self.critic_obs, self.reward, self.terminated, self.truncated,
-                          self.final_policy_obs, self.final_critic_obs)
-
-    # --- the step's parts ---------------------------------------------------------------------------------
-
-    def _terminate(self) -> None:
-        self.terminated.zero_()
-        self.truncated.zero_()
-        for twin, params, is_time_out in self._terminations:
-            value = twin(self.state, **params)
-            (self.truncated if is_time_out else self.terminated).logical_or_(value)
-
-    def _reward(self) -> None:
-        self.reward.zero_()
-        for term in self._rewards:
-            weight = term.weight * self._scale if term.curriculum_scaled else term.weight
-            self.reward += (term.twin(self.state, **term.params) * weight) * self.step_dt
-
-    def _advance_command(self, done: torch.Tensor, drawn: _CommandDraw | None = None) -> None:
-        dt = torch.full(done.shape, self.step_dt, dtype=torch.float64, device=self.device).masked_fill_(done, 0.0)
-        self.time_left.sub_(dt)
-        rows = self.time_left <= 0.0
-        self._resample_command(rows, drawn if drawn is not None else self._draw_command(rows))
 
     def _draw_command(self, rows: torch.Tensor) -> _CommandDraw:
         """The velocity command's draws for ``rows`` (``G1VelocityCommand._resample``'s order) and what follows
@@ -605,31 +148,12 @@ class G1WalkDeviceEnv:
         self.is_standing.copy_(torch.where(rows, drawn.standing, self.is_standing))
         cmd.masked_fill_(self.is_standing[:, None], 0.0)
 
-    def _draw_noise(self, rows: torch.Tensor) -> list[torch.Tensor | None]:
-        """Both observation groups' additive noise for ``rows``, term by term in UniLab's order (None: no noise)."""
-        noise: list[torch.Tensor | None] = []
-        for term in (*self._policy_terms, *self._critic_terms):
-            if term.noise is None:
-                noise.append(None)
-            else:
-                span, low = term.noise
-                noise.append(self.draws.random_f32(rows, term.width) * span + low)
-        return noise
-
-    def _observe(self, rows: torch.Tensor, noise: list[torch.Tensor | None] | None = None) -> None:
-        noise = noise if noise is not None else self._draw_noise(rows)
-        index = 0
-        for terms, out in ((self._policy_terms, self.policy_obs), (self._critic_terms, self.critic_obs)):
-            values = []
-            for term in terms:
-                value = term.twin(self.state, **term.params)
-                if noise[index] is not None:
-                    value = value + noise[index]
-                index += 1
-                if term.scale is not None:
-                    value = value * term.scale
-                values.append(value)
-            out.copy_(torch.where(rows[:, None], torch.cat(values, dim=1), out))
+    def _resample_command(self, rows: torch.Tensor, drawn: _CommandDraw) -> None:
+        cmd = self.state.command
+        self.time_left.copy_(torch.where(rows, drawn.time_left, self.time_left))
+        cmd.copy_(torch.where(rows[:, None], drawn.command, cmd))
+        self.is_standing.copy_(torch.where(rows, drawn.standing, self.is_standing))
+        cmd.masked_fill_(self.is_standing[:, None], 0.0)
 
     def _update_curriculum(self, rows: torch.Tensor) -> None:
         """G1PenaltyCurriculum with its EpisodeLengthTracker, on device scalars (applied from the next step)."""
@@ -660,19 +184,14 @@ class G1WalkDeviceEnv:
             phase = torch.stack([left, right], dim=1).to(torch.float32)
         return _ResetDraw(qpos, qvel, kp, kd, command, phase)
 
-    def _reset_rows(self, rows: torch.Tensor, *, update_curriculum: bool, drawn: _ResetDraw | None = None,
-                    noise: list[torch.Tensor | None] | None = None) -> None:
-        """UniLab's reset of the masked rows: curriculum, reset events, command, gait, actions, physics, obs
-        (``drawn`` and ``noise``: the draws taken ahead; else drawn here)."""
+    def _reset_task_rows(self, rows: torch.Tensor, drawn: _ResetDraw, *, update_curriculum: bool) -> None:
+        """G1's reset of the masked rows: curriculum, command, gait, physics state and gains."""
         if update_curriculum:
             self._update_curriculum(rows)
-        drawn = drawn if drawn is not None else self._draw_reset(rows)
         self._resample_command(rows, drawn.command)
         s = self.state
         if drawn.gait_phase is not None:
             s.gait_phase.copy_(torch.where(rows[:, None], drawn.gait_phase, s.gait_phase))
-        s.action.masked_fill_(rows[:, None], 0.0)
-        s.prev_action.masked_fill_(rows[:, None], 0.0)
         self.sim.reset_rows(rows)
         sim = self.sim
         sim.qpos.copy_(torch.where(rows[:, None], drawn.qpos, sim.qpos))
@@ -683,9 +202,6 @@ class G1WalkDeviceEnv:
         bias[:, :, 2] = torch.where(rows[:, None], -drawn.kd, bias[:, :, 2])
         sim.gainprm[:, self._gain_cols] = gain
         sim.biasprm[:, self._gain_cols] = bias
-        sim.forward_rows(rows)
-        self.steps.masked_fill_(rows, 0)
-        self._observe(rows, noise)
 
     def _reset_state(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """qpos/qvel of ``reset_scene_to_default`` then ``reset_root_state_uniform`` (world-frame root state)."""

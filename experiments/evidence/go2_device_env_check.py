@@ -1,0 +1,156 @@
+"""Go2 Joystick Flat's device env against UniLab's own Go2 env on MuJoCo Warp, fed the same draws.
+
+Run from the applied tree's root (``work/unilab-1.3.2``) with the overlay first on ``PYTHONPATH``; on the CPU with
+``UNISIM_MJWARP_ALLOW_CPU=1`` (Warp's CPU device). Both envs are built from ``task=go2_joystick_flat/mjwarp`` with
+the same overrides and seed; the device env takes UniLab's NumPy draws (``NumpyDraws`` seeded like ``env.rng``) and
+both step the same seeded random actions. Each step compares the observations of both groups, the final
+observations of the done rows, qpos and qvel, terminations and time-outs bitwise and the rewards within
+``REWARD_ATOL`` (the G1 check's), and after every step the randomized model rows (mass, CoM, gravity, gains).
+
+``--push-interval S`` sets the interval push's period (UniLab's is 15 s, past a short run) so that pushes happen;
+``--episode-seconds`` makes episodes end inside the run. Controls: ``--perturb-kp`` widens the device env's kp range
+by 0.05 on both ends (the reset's gains, then the physics, must differ); ``--skip-root-refresh`` leaves the root's
+tracked-body sensors a substep behind.
+
+Prints one JSON line: the largest difference per quantity, the first step each exceeded its limit, the counts of
+terminations, time-outs and pushes, and ``equal``. Exit 0 when equal, 1 when not, 2 when the device env refuses
+the config (its one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+TASK = "go2_joystick_flat/mjwarp"
+REWARD_ATOL = 1e-6
+
+
+def max_abs(a: Any, b: Any) -> float:
+    a = np.asarray(a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a, dtype=np.float64)
+    b = np.asarray(b.detach().cpu().numpy() if isinstance(b, torch.Tensor) else b, dtype=np.float64)
+    if a.size == 0:
+        return 0.0
+    return float(np.max(np.abs(a - b)))
+
+
+def build(num_envs: int, seed: int, extra: tuple[str, ...]) -> tuple[Any, Any]:
+    from hydra import compose, initialize_config_dir
+
+    from flashsac_runtime.envs import make_go2_joystick_device_env
+    from unilab.base.env_factory import make_registry_env
+    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
+
+    with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"task={TASK}", f"algo.num_envs={num_envs}",
+                                                        f"algo.seed={seed}", *extra])
+    override = build_offpolicy_env_cfg_override("flashsac", cfg)
+    ref = make_registry_env("Go2JoystickFlat", "mjwarp", num_envs, {**(override or {}), "seed": seed})
+    dev = make_go2_joystick_device_env(num_envs, torch.device("cpu"), seed, env_cfg_override=override,
+                                       numpy_draws=True, graph=False, draws_ahead=False,
+                                       reset_only_when_done=False, step_split=False)
+    return ref, dev
+
+
+def model_rows(env: Any) -> dict[str, np.ndarray]:
+    import warp as wp
+
+    model = env._backend._device_model  # noqa: SLF001
+    return {"body_mass": wp.to_torch(model.body_mass).numpy().copy(),
+            "body_ipos": wp.to_torch(model.body_ipos).numpy().copy(),
+            "gravity": wp.to_torch(model.opt.gravity).numpy().copy(),
+            "gainprm": wp.to_torch(model.actuator_gainprm).numpy()[:, :, :1].copy(),
+            "biasprm": wp.to_torch(model.actuator_biasprm).numpy()[:, :, :3].copy()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--action-seed", type=int, default=11)
+    parser.add_argument("--episode-seconds", type=float, default=0.5)
+    parser.add_argument("--push-interval", type=float, default=0.3)
+    parser.add_argument("--perturb-kp", action="store_true")
+    parser.add_argument("--skip-root-refresh", action="store_true")
+    parser.add_argument("override", nargs="*", help="further Hydra overrides")
+    args = parser.parse_args(argv)
+    extra = (f"env.max_episode_seconds={args.episode_seconds}",
+             f"env.events.push_by_setting_velocity.interval_range_s=[{args.push_interval},{args.push_interval}]",
+             *args.override)
+    try:
+        ref, dev = build(args.num_envs, args.seed, extra)
+    except ValueError as exc:  # a term or event without a device form: the env's one line
+        print(f"go2_device_env_check: {exc}", file=sys.stderr)
+        return 2
+    if args.perturb_kp:
+        g = dev._gains  # noqa: SLF001 - negative control
+        g._kp_range = (g._kp_range[0] - 0.05, g._kp_range[1] + 0.05)  # noqa: SLF001
+    if args.skip_root_refresh:
+        dev._after_substeps = lambda: None  # type: ignore[method-assign]  # noqa: SLF001 - negative control
+    # The reference resets itself with UniLab's own draws; the device env from the same seed's NumPy draws.
+    ref.init_state()
+    out = dev.reset()
+    actions = np.random.default_rng(args.action_seed).uniform(
+        -1.0, 1.0, (args.steps, args.num_envs, dev.action_dim)).astype(np.float32)
+    keys = ("obs", "critic", "final_obs", "final_critic", "qpos", "qvel", "reward", "model")
+    worst = dict.fromkeys(keys, 0.0)
+    first: dict[str, int] = {}
+    counts = {"terminated": 0, "truncated": 0, "done_mismatches": 0, "pushes": 0}
+
+    def record(step: int, key: str, value: float, limit: float = 0.0) -> None:
+        worst[key] = max(worst[key], value)
+        if value > limit and key not in first:
+            first[key] = step
+
+    def compare_model(step: int) -> None:
+        a, b = model_rows(ref), model_rows(dev.host_env)
+        record(step, "model", max(max_abs(a[k], b[k]) for k in a))
+
+    state = ref.state
+    record(-1, "obs", max_abs(state.obs["obs"], out.policy_obs))
+    record(-1, "critic", max_abs(state.obs["critic"], out.critic_obs))
+    compare_model(-1)
+    push_index = None
+    events = ref.event_manager
+    if "interval" in events._mode_term_names:  # noqa: SLF001
+        push_index = list(events._mode_term_names["interval"]).index("push_by_setting_velocity")  # noqa: SLF001
+    for t in range(args.steps):
+        before = None if push_index is None else float(events._interval_term_time_left[push_index][0])  # noqa: SLF001
+        state = ref.step(actions[t])
+        out = dev.step(torch.from_numpy(actions[t]))
+        if before is not None and float(events._interval_term_time_left[push_index][0]) > before:  # noqa: SLF001
+            counts["pushes"] += 1
+        done = state.terminated | state.truncated
+        final = state.final_observation or {}
+        record(t, "obs", max_abs(state.obs["obs"], out.policy_obs))
+        record(t, "critic", max_abs(state.obs["critic"], out.critic_obs))
+        for key, group, tensor in (("final_obs", "obs", out.final_policy_obs),
+                                   ("final_critic", "critic", out.final_critic_obs)):
+            if done.any():
+                record(t, key, max_abs(final[group][done], tensor[torch.from_numpy(done)]))
+        got = ref._backend.get_state(("qpos", "qvel"))  # noqa: SLF001
+        record(t, "qpos", max_abs(got["qpos"], dev.sim.qpos))
+        record(t, "qvel", max_abs(got["qvel"], dev.sim.qvel))
+        record(t, "reward", max_abs(state.reward, out.reward), REWARD_ATOL)
+        compare_model(t)
+        mismatch = int((state.terminated != out.terminated.numpy()).sum() + (state.truncated != out.truncated.numpy()).sum())
+        counts["done_mismatches"] += mismatch
+        if mismatch and "dones" not in first:
+            first["dones"] = t
+        counts["terminated"] += int(state.terminated.sum())
+        counts["truncated"] += int(state.truncated.sum())
+    result = {"task": TASK, "num_envs": args.num_envs, "steps": args.steps, "max_abs_diff": worst,
+              "reward_atol": REWARD_ATOL, "first_mismatch_step": first, "counts": counts, "equal": not first}
+    print(json.dumps(result))
+    return 0 if not first else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
