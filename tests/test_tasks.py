@@ -24,6 +24,8 @@ LEARNER_DEFAULTS = {"compile_full_objectives": True, "finite_guard": True, "defe
                     "aligned_products": True, "combo_kernels": True}
 #: The one owner whose default collector is the device-resident one.
 DEVICE_OWNER = "g1_walk_flat/mjwarp"
+#: Owners whose device env runs when training.collector=device asks for it (the host collector is their default).
+DEVICE_ENV_ON_REQUEST = {"go2_joystick_flat/mjwarp": "flashsac_runtime.envs:make_go2_joystick_device_env"}
 
 READ = """
 import json, sys
@@ -96,6 +98,9 @@ def test_each_task_gets_the_learner_and_its_collector(patched: tuple[list[str], 
         if owner == DEVICE_OWNER:
             assert cfg["collector"] == "device", owner
             assert cfg["device"] == "flashsac_runtime.envs:make_g1_walk_device_env", owner
+        elif owner in DEVICE_ENV_ON_REQUEST:  # a device env named for training.collector=device, not the default
+            assert cfg["collector"] == "host", owner
+            assert cfg["device"] == DEVICE_ENV_ON_REQUEST[owner], owner
         else:
             assert cfg["collector"] == "host", owner
             # A task without a device env: one line naming it, never a silent fallback to the host collector.
