@@ -34,6 +34,17 @@ CPU = torch.device("cpu")
 SCRATCH = re.compile(r"\.sim\._data\.(island_\w+|\w+_islandid|map_\w+|nidof)\.")
 
 
+def _collector_without_parent_death_signal(**kwargs: Any) -> None:
+    """The host collector with the parent-death signal of ``install_collector_safeguards`` cleared (Linux
+    ``prctl(PR_SET_PDEATHSIG, 0)``): the negative control's collector, which outlives a learner that dies."""
+    import ctypes
+
+    from uni_rl.offpolicy.worker import off_policy_collector_fn
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, 0, 0, 0, 0)
+    off_policy_collector_fn(**kwargs)
+
+
 def _state_tensors(obj: Any, prefix: str = "") -> dict[str, torch.Tensor]:
     """Every tensor (and number) in a nested checkpoint, by path."""
     out: dict[str, Any] = {}
@@ -193,7 +204,10 @@ def mode_host_collector(args: argparse.Namespace) -> dict:
                              obs_dim=obs_dim, action_dim=action_dim, num_gpus=1, log_dir=args.log_dir,
                              log_backend="no_print")
     with preemption.StopSignals(lambda: [host._collector_process], label="training") as signals:
-        host._start_collector(target_fn=off_policy_collector_fn, kwargs={
+        # The negative control's collector clears the parent-death signal its safeguards asked for.
+        collector_fn = (_collector_without_parent_death_signal
+                        if os.environ.get("PREEMPTION_HARNESS_NO_CLEANUP") == "1" else off_policy_collector_fn)
+        host._start_collector(target_fn=collector_fn, kwargs={
             "stop_event": host._stop_event, "env_factory": registry_env_factory("G1WalkFlat", "mujoco"),
             "num_envs": n, "replay_buffer": replay, "inference_slot": slot, "algo_type": "flashsac",
             "inference_request_queue": requests, "inference_response_queue": responses, "metrics_queue": metrics,

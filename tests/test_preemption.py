@@ -271,7 +271,7 @@ def test_sigterm_leaves_no_collector_and_no_resource_tracker(tree: tuple[Path, P
 
 
 def test_without_the_cleanup_the_collector_is_left_behind(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    proc, pids, children = _host(tree, tmp_path, PREEMPTION_HARNESS_NO_CLEANUP="1", FLASHSAC_COLLECTOR_PDEATHSIG="0")
+    proc, pids, children = _host(tree, tmp_path, PREEMPTION_HARNESS_NO_CLEANUP="1")
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)  # not communicate(): the orphan holds the output pipes open
     time.sleep(1.0)

@@ -43,8 +43,6 @@ from flashsac_runtime import stop_grace
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: The key of the resume state inside a checkpoint (beside the learner's own keys).
 STATE_KEY = "training_state"
-#: Test hook: "0" leaves out the collector's parent-death signal (a negative control: an orphan remains).
-PDEATHSIG_ENV = "FLASHSAC_COLLECTOR_PDEATHSIG"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -382,7 +380,7 @@ def install_collector_safeguards() -> None:
     for sig in STOP_SIGNALS:
         with contextlib.suppress(Exception):
             signal.signal(sig, signal.SIG_IGN)
-    if os.environ.get(PDEATHSIG_ENV, "1") == "0" or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()
     with contextlib.suppress(Exception):
