@@ -35,6 +35,7 @@ from flashsac_runtime.collector.device_env import DeviceStep
 from flashsac_runtime.envs import terms as T
 from flashsac_runtime.envs.draws import Draws
 from flashsac_runtime.envs.mjwarp_state import MjwarpState
+from flashsac_runtime.envs.rotation import quat_apply_inverse, quat_from_euler_xyz, quat_mul
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,40 @@ class DeviceEnvBase:
         manager = env.termination_manager
         self._terminations = [(T.twin_of("termination", name, cfg.func), dict(cfg.params), bool(cfg.time_out))
                               for name, cfg in zip(manager._term_names, manager._term_cfgs, strict=True)]  # noqa: SLF001
+
+    # --- UniLab's shared reset events, one device form each (the tasks bind their parameters) ---------------
+
+    def _reset_state(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """qpos/qvel of ``reset_scene_to_default`` then ``reset_root_state_uniform`` (world-frame root state); the
+        task binds ``_pose_range``, ``_velocity_range``, ``_default_root_state``, ``_env_origins``, the default qpos
+        and qvel and the root's qvel columns."""
+        n = self.num_envs
+        pose = self.draws.uniform(self._pose_range[:, 0], self._pose_range[:, 1], rows, 6)
+        velocity = self.draws.uniform(self._velocity_range[:, 0], self._velocity_range[:, 1], rows, 6)
+        root = self._default_root_state
+        dtype = root.dtype
+        position = (root[:, 0:3].double() + pose[:, 0:3] + self._env_origins.double()).to(dtype)
+        quat = quat_mul(root[:, 3:7].double(), quat_from_euler_xyz(pose[:, 3], pose[:, 4], pose[:, 5])).to(dtype)
+        velocity_w = (root[:, 7:13].double() + velocity).to(dtype)
+        qpos = self._default_qpos.expand(n, -1).clone()
+        qvel = self._default_qvel.expand(n, -1).clone()
+        qpos[:, self.state.root_qpos_cols] = torch.cat([position, quat], dim=1).to(qpos.dtype)
+        staged_quat = qpos[:, self.state.root_qpos_cols[3:7]]
+        encoded = torch.cat([velocity_w[:, 0:3].to(qvel.dtype),
+                             quat_apply_inverse(staged_quat, velocity_w[:, 3:6].to(staged_quat.dtype)).to(qvel.dtype)], 1)
+        qvel[:, self._root_qvel_cols] = encoded
+        return qpos.to(self.sim.qpos.dtype), qvel.to(self.sim.qvel.dtype)
+
+    def _write_pd_gains(self, rows: torch.Tensor, kp: torch.Tensor, kd: torch.Tensor) -> None:
+        """``pd_gains``: the drawn kp and kd into the actuators' gain and bias rows where ``rows`` (an (N, 1) mask)
+        is set, as UniLab's backend writes them (gain kp; bias -kp, -kd)."""
+        sim = self.sim
+        gain, bias = sim.gainprm[:, self._gain_cols], sim.biasprm[:, self._gain_cols]
+        gain[:, :, 0] = torch.where(rows, kp, gain[:, :, 0])
+        bias[:, :, 1] = torch.where(rows, -kp, bias[:, :, 1])
+        bias[:, :, 2] = torch.where(rows, -kd, bias[:, :, 2])
+        sim.gainprm[:, self._gain_cols] = gain
+        sim.biasprm[:, self._gain_cols] = bias
 
     # --- the task's parts (a task subclass gives them) ---------------------------------------------------
 

@@ -24,7 +24,6 @@ from flashsac_runtime.envs.base import (  # noqa: F401 - _StepDraws: the draws' 
     _StepDraws,
     _tensor,
 )
-from flashsac_runtime.envs.rotation import quat_apply_inverse, quat_from_euler_xyz, quat_mul
 
 _SE3_KEYS = ("x", "y", "z", "roll", "pitch", "yaw")
 _RESET_EVENTS = ("reset_scene_to_default", "reset_root_state_uniform", "pd_gains")
@@ -196,28 +195,4 @@ class G1WalkDeviceEnv(DeviceEnvBase):
         sim = self.sim
         sim.qpos.copy_(torch.where(rows[:, None], drawn.qpos, sim.qpos))
         sim.qvel.copy_(torch.where(rows[:, None], drawn.qvel, sim.qvel))
-        gain, bias = sim.gainprm[:, self._gain_cols], sim.biasprm[:, self._gain_cols]
-        gain[:, :, 0] = torch.where(rows[:, None], drawn.kp, gain[:, :, 0])
-        bias[:, :, 1] = torch.where(rows[:, None], -drawn.kp, bias[:, :, 1])
-        bias[:, :, 2] = torch.where(rows[:, None], -drawn.kd, bias[:, :, 2])
-        sim.gainprm[:, self._gain_cols] = gain
-        sim.biasprm[:, self._gain_cols] = bias
-
-    def _reset_state(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """qpos/qvel of ``reset_scene_to_default`` then ``reset_root_state_uniform`` (world-frame root state)."""
-        n = self.num_envs
-        pose = self.draws.uniform(self._pose_range[:, 0], self._pose_range[:, 1], rows, 6)
-        velocity = self.draws.uniform(self._velocity_range[:, 0], self._velocity_range[:, 1], rows, 6)
-        root = self._default_root_state
-        dtype = root.dtype
-        position = (root[:, 0:3].double() + pose[:, 0:3] + self._env_origins.double()).to(dtype)
-        quat = quat_mul(root[:, 3:7].double(), quat_from_euler_xyz(pose[:, 3], pose[:, 4], pose[:, 5])).to(dtype)
-        velocity_w = (root[:, 7:13].double() + velocity).to(dtype)
-        qpos = self._default_qpos.expand(n, -1).clone()
-        qvel = self._default_qvel.expand(n, -1).clone()
-        qpos[:, self.state.root_qpos_cols] = torch.cat([position, quat], dim=1).to(qpos.dtype)
-        staged_quat = qpos[:, self.state.root_qpos_cols[3:7]]
-        encoded = torch.cat([velocity_w[:, 0:3].to(qvel.dtype),
-                             quat_apply_inverse(staged_quat, velocity_w[:, 3:6].to(staged_quat.dtype)).to(qvel.dtype)], 1)
-        qvel[:, self._root_qvel_cols] = encoded
-        return qpos.to(self.sim.qpos.dtype), qvel.to(self.sim.qvel.dtype)
+        self._write_pd_gains(rows[:, None], drawn.kp, drawn.kd)
