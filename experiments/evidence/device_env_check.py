@@ -104,7 +104,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402
 from device_env_build import (  # noqa: E402
     TASK, compose_cfg, make_device_env, seeded_actions, series_sha256, step_under, versions)
-from device_env_compare import REWARD_ATOL, max_abs, step_side_by_side  # noqa: E402
+from device_env_compare import REWARD_ATOL, max_abs, record_step_outputs, step_side_by_side  # noqa: E402
 from device_env_controls import misplace_physics_stamp, perturb_reward  # noqa: E402
 from device_env_counts import DRAW_PARTS, PARTS, HostReads, OpCount, WarpLaunches, mark_step_graph  # noqa: E402
 
@@ -142,14 +142,7 @@ def parity(args: argparse.Namespace) -> dict[str, Any]:
     for t in range(args.steps):
         state = ref.step(actions[t])
         out = dev.step(torch.from_numpy(actions[t]).to(dev.device))
-        done = state.terminated | state.truncated
-        final = state.final_observation or {}
-        record(t, "obs", max_abs(state.obs["obs"], out.policy_obs))
-        record(t, "critic", max_abs(state.obs["critic"], out.critic_obs))
-        for key, group, tensor in (("final_obs", "obs", out.final_policy_obs),
-                                   ("final_critic", "critic", out.final_critic_obs)):
-            if done.any():
-                record(t, key, max_abs(final[group][done], tensor[torch.from_numpy(done).to(dev.device)]))
+        record_step_outputs(record, t, state, out, dev.device)
         record(t, "qpos", max_abs(ref._backend.get_state(("qpos",))["qpos"], dev.sim.qpos))  # noqa: SLF001
         record(t, "reward", max_abs(state.reward, out.reward), REWARD_ATOL)
         mismatch = int((state.terminated != out.terminated.cpu().numpy()).sum()

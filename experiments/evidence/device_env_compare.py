@@ -17,9 +17,27 @@ from device_env_counts import WarpLaunches, warp_arrays
 
 #: Largest reward difference allowed per env step (rewards are O(0.1-1) per step; float32 ulp there ~6e-8).
 REWARD_ATOL = 1e-6
-def max_abs(a: np.ndarray, b: torch.Tensor) -> float:
-    diff = np.abs(np.asarray(a, dtype=np.float64) - b.detach().cpu().numpy().astype(np.float64))
+def _host(x: Any) -> np.ndarray:
+    return np.asarray(x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+
+
+def max_abs(a: Any, b: Any) -> float:
+    """The largest absolute difference of two arrays or tensors (0 for empty ones)."""
+    diff = np.abs(_host(a) - _host(b))
     return float(diff.max()) if diff.size else 0.0
+
+
+def record_step_outputs(record: Any, step: int, state: Any, out: Any, device: torch.device) -> None:
+    """One step of UniLab's env (``state``) beside the device env's (``out``): both observation groups, and on the
+    done rows the final observations, each by its key (``obs``, ``critic``, ``final_obs``, ``final_critic``)."""
+    record(step, "obs", max_abs(state.obs["obs"], out.policy_obs))
+    record(step, "critic", max_abs(state.obs["critic"], out.critic_obs))
+    done = state.terminated | state.truncated
+    final = state.final_observation or {}
+    for key, group, tensor in (("final_obs", "obs", out.final_policy_obs),
+                               ("final_critic", "critic", out.final_critic_obs)):
+        if done.any():
+            record(step, key, max_abs(final[group][done], tensor[torch.from_numpy(done).to(device)]))
 
 
 def same_array(a: Any, b: Any) -> bool:

@@ -28,16 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_env_compare import REWARD_ATOL, max_abs, record_step_outputs  # noqa: E402
+
 TASK = "go2_joystick_flat/mjwarp"
-REWARD_ATOL = 1e-6
-
-
-def max_abs(a: Any, b: Any) -> float:
-    a = np.asarray(a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a, dtype=np.float64)
-    b = np.asarray(b.detach().cpu().numpy() if isinstance(b, torch.Tensor) else b, dtype=np.float64)
-    if a.size == 0:
-        return 0.0
-    return float(np.max(np.abs(a - b)))
 
 
 def build(num_envs: int, seed: int, extra: tuple[str, ...]) -> tuple[Any, Any]:
@@ -127,14 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         out = dev.step(torch.from_numpy(actions[t]))
         if before is not None and float(events._interval_term_time_left[push_index][0]) > before:  # noqa: SLF001
             counts["pushes"] += 1
-        done = state.terminated | state.truncated
-        final = state.final_observation or {}
-        record(t, "obs", max_abs(state.obs["obs"], out.policy_obs))
-        record(t, "critic", max_abs(state.obs["critic"], out.critic_obs))
-        for key, group, tensor in (("final_obs", "obs", out.final_policy_obs),
-                                   ("final_critic", "critic", out.final_critic_obs)):
-            if done.any():
-                record(t, key, max_abs(final[group][done], tensor[torch.from_numpy(done)]))
+        record_step_outputs(record, t, state, out, dev.device)
         got = ref._backend.get_state(("qpos", "qvel"))  # noqa: SLF001
         record(t, "qpos", max_abs(got["qpos"], dev.sim.qpos))
         record(t, "qvel", max_abs(got["qvel"], dev.sim.qvel))

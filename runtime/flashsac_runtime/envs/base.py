@@ -323,11 +323,27 @@ class DeviceEnvBase:
         raise NotImplementedError
 
     def _draw_command(self, rows: torch.Tensor) -> _CommandDraw:
-        """The command's draws for ``rows`` in UniLab's order, and what follows from them alone."""
-        raise NotImplementedError
+        """``UniformVelocityCommand._resample``'s draws for ``rows`` in UniLab's order, and the commands they give
+        (the task binds ``_command_cfg``; a command class that resamples otherwise overrides this)."""
+        cfg, draws = self._command_cfg, self.draws
+        ranges = cfg.ranges
+        lo, hi = cfg.resampling_time_range
+        time_left = draws.uniform(lo, hi, rows).to(torch.float32)
+        new = torch.stack([draws.uniform(*ranges.lin_vel_x, rows), draws.uniform(*ranges.lin_vel_y, rows),
+                           draws.uniform(*ranges.ang_vel_z, rows)], dim=1).to(torch.float32)
+        standing = draws.uniform(0.0, 1.0, rows) <= cfg.rel_standing_envs
+        draws.uniform(0.0, 1.0, rows)  # world-frame flags: refused when configured, still drawn as UniLab does
+        forward = draws.uniform(0.0, 1.0, rows) <= cfg.rel_forward_envs
+        fwd_x = torch.clamp_min(torch.abs(new[:, 0]), 0.3)
+        new = torch.where(forward[:, None], torch.stack([fwd_x, torch.zeros_like(fwd_x), torch.zeros_like(fwd_x)], 1), new)
+        return _CommandDraw(time_left, new, standing)
 
     def _resample_command(self, rows: torch.Tensor, drawn: _CommandDraw) -> None:
-        raise NotImplementedError
+        cmd = self.state.command
+        self.time_left.copy_(torch.where(rows, drawn.time_left, self.time_left))
+        cmd.copy_(torch.where(rows[:, None], drawn.command, cmd))
+        self.is_standing.copy_(torch.where(rows, drawn.standing, self.is_standing))
+        cmd.masked_fill_(self.is_standing[:, None], 0.0)
 
     def _after_substeps(self) -> None:
         """The task's work right after the physics substeps (sensors its terms read from the final state)."""

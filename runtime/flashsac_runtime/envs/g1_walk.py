@@ -122,37 +122,16 @@ class G1WalkDeviceEnv(DeviceEnvBase):
         torch.fmod(s.gait_phase + self._gait_delta, 2.0 * math.pi, out=s.gait_phase)
 
     def _draw_command(self, rows: torch.Tensor) -> _CommandDraw:
-        """The velocity command's draws for ``rows`` (``G1VelocityCommand._resample``'s order) and what follows
-        from them alone: the new resampling times, commands (forward envs, dead zone) and standing flags."""
-        cfg, draws = self._command_cfg, self.draws
-        ranges = cfg.ranges
-        lo, hi = cfg.resampling_time_range
-        time_left = draws.uniform(lo, hi, rows).to(torch.float32)
-        new = torch.stack([draws.uniform(*ranges.lin_vel_x, rows), draws.uniform(*ranges.lin_vel_y, rows),
-                           draws.uniform(*ranges.ang_vel_z, rows)], dim=1).to(torch.float32)
-        standing = draws.uniform(0.0, 1.0, rows) <= cfg.rel_standing_envs
-        draws.uniform(0.0, 1.0, rows)  # world-frame flags: refused when configured, still drawn as UniLab does
-        forward = draws.uniform(0.0, 1.0, rows) <= cfg.rel_forward_envs
-        fwd_x = torch.clamp_min(torch.abs(new[:, 0]), 0.3)
-        new = torch.where(forward[:, None], torch.stack([fwd_x, torch.zeros_like(fwd_x), torch.zeros_like(fwd_x)], 1), new)
+        """``G1VelocityCommand._resample``: the uniform velocity command's draws (the base's), then the planar dead
+        zone, which draws nothing."""
+        drawn = super()._draw_command(rows)
+        new = drawn.command
         planar = new[:, :2]
-        moving = torch.sqrt(planar[:, 0] * planar[:, 0] + planar[:, 1] * planar[:, 1]) > cfg.planar_dead_zone
+        dead_zone = self._command_cfg.planar_dead_zone
+        moving = torch.sqrt(planar[:, 0] * planar[:, 0] + planar[:, 1] * planar[:, 1]) > dead_zone
         new = torch.cat([planar * moving[:, None].to(planar.dtype), new[:, 2:]], dim=1)
-        return _CommandDraw(time_left, new, standing)
+        return _CommandDraw(drawn.time_left, new, drawn.standing)
 
-    def _resample_command(self, rows: torch.Tensor, drawn: _CommandDraw) -> None:
-        cmd = self.state.command
-        self.time_left.copy_(torch.where(rows, drawn.time_left, self.time_left))
-        cmd.copy_(torch.where(rows[:, None], drawn.command, cmd))
-        self.is_standing.copy_(torch.where(rows, drawn.standing, self.is_standing))
-        cmd.masked_fill_(self.is_standing[:, None], 0.0)
-
-    def _resample_command(self, rows: torch.Tensor, drawn: _CommandDraw) -> None:
-        cmd = self.state.command
-        self.time_left.copy_(torch.where(rows, drawn.time_left, self.time_left))
-        cmd.copy_(torch.where(rows[:, None], drawn.command, cmd))
-        self.is_standing.copy_(torch.where(rows, drawn.standing, self.is_standing))
-        cmd.masked_fill_(self.is_standing[:, None], 0.0)
 
     def _update_curriculum(self, rows: torch.Tensor) -> None:
         """G1PenaltyCurriculum with its EpisodeLengthTracker, on device scalars (applied from the next step)."""
