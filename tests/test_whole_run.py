@@ -16,6 +16,9 @@ import pytest
 
 from conftest import make, runnable_tree
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "bench"))
+from whole_run import steady_state  # noqa: E402
+
 SHORT = ("algo.num_envs=16 algo.batch_size=32 algo.replay_buffer_n=8 algo.learning_starts=2 algo.max_iterations=3 "
          "algo.save_interval=0 training.collector=device")
 
@@ -43,6 +46,8 @@ def test_a_whole_run_is_timed_from_launch_to_its_end(tree: tuple[Path, Path], tm
     assert 0 < record["launch_to_first_iteration_s"] <= record["launch_to_last_iteration_s"] \
         <= record["launch_to_end_s"]
     assert record["env_steps_per_s_first_to_last"] > 0
+    # 3 iterations: the steady-state window is the second half (one iteration), within the run's own times
+    assert record["steady_iterations"] == 1 and record["steady_iter_ms_mean"] > 0
     assert (tmp_path / "short-log.txt.gz").stat().st_size > 0
 
 
@@ -51,3 +56,14 @@ def test_a_run_that_fails_is_recorded_as_failed(tree: tuple[Path, Path], tmp_pat
     assert proc.returncode != 0
     record = json.loads((tmp_path / "refused.json").read_text())
     assert record["exit_code"] != 0 and "launch_to_first_iteration_s" not in record and record["error"]
+
+
+def test_the_steady_state_window_is_the_last_500_or_the_second_half() -> None:
+    # 1000 iterations of 1000 env steps: the first 500 at 10 ms, the last 500 at 4 ms (4 ms apart in wall time)
+    rows = [(i * 0.010, i * 1000, 10.0) for i in range(500)]
+    rows += [(5.0 + i * 0.004, (500 + i) * 1000, 4.0) for i in range(500)]
+    got = steady_state(rows)
+    assert got["steady_iterations"] == 500 and got["steady_iter_ms_mean"] == 4.0
+    assert abs(got["steady_env_steps_per_s"] - 250_000) < 1e-6
+    # control: a window taking in the slow half would not read 4 ms
+    assert steady_state(rows[:600])["steady_iter_ms_mean"] > 4.0

@@ -49,6 +49,23 @@ def _scalars(event_file: Path) -> dict[str, list[tuple[float, int, float]]]:
 REWARD_TAG = "reward/mean"
 
 
+#: The steady-state window: the last 500 logged iterations (the project's statistics of a 1000-iteration run), or
+#: the second half of a shorter run.
+STEADY_LAST = 500
+
+
+def steady_state(iterations: list[tuple[float, int, float]]) -> dict[str, Any]:
+    """Wall per iteration (the trainer's ``perf/iter_ms``, mean and median) and env steps/s (env steps over wall
+    time between the window's first and last events) over the steady-state window, and the window's size."""
+    window = iterations[-min(STEADY_LAST, max(len(iterations) // 2, 1)):]
+    values = sorted(v for _, _, v in window)
+    out: dict[str, Any] = {"steady_iterations": len(window), "steady_iter_ms_mean": sum(values) / len(values),
+                           "steady_iter_ms_median": values[len(values) // 2]}
+    if len(window) > 1 and window[-1][0] > window[0][0]:
+        out["steady_env_steps_per_s"] = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+    return out
+
+
 def summarize(run_dir: Path, launch_unix: float) -> dict[str, Any]:
     """The times and the reward of one finished run folder, seconds counted from ``launch_unix``."""
     events = sorted(run_dir.glob("events.out.tfevents.*"))
@@ -68,6 +85,7 @@ def summarize(run_dir: Path, launch_unix: float) -> dict[str, Any]:
         "launch_to_first_iteration_s": first[0] - launch_unix, "launch_to_last_iteration_s": last[0] - launch_unix,
         "env_steps_per_s_first_to_last": (last[1] - first[1]) / max(last[0] - first[0], 1e-9),
     }
+    out.update(steady_state(iterations))
     if scalars.get(REWARD_TAG):
         out.update(reward_tag=REWARD_TAG, reward_mean_last=scalars[REWARD_TAG][-1][2])
     summary_path = run_dir / "run_summary.json"
@@ -143,7 +161,7 @@ def helper_done(log: Path) -> tuple[float, str] | None:
 def table(folder: Path) -> str:
     """One row per whole run of ``folder`` (its ``<label>.json`` and ``<label>-log.txt.gz``)."""
     head = ("| run | exit | iterations | launch → 1st iteration (s) | compile helper done (s) | helper's warm-up | "
-            "launch → compiled learner (s) | launch → end (s) | env steps/s |")
+            "launch → compiled learner (s) | launch → end (s) | env steps/s | steady ms / iteration (last) |")
     rows = [head, "|---" * (head.count(" | ") + 1) + "|"]
 
     def cell(value: float | None, digits: int = 1) -> str:
@@ -158,7 +176,8 @@ def table(folder: Path) -> str:
                     f" | {run.get('iterations_logged', '–')} | {cell(run.get('launch_to_first_iteration_s'))} | "
                     f"{cell(helper[0] if helper else None)} | {helper[1] if helper else '–'} | "
                     f"{cell(run.get('launch_to_compiled_s'))} | {cell(run['launch_to_end_s'])} | "
-                    f"{cell(run.get('env_steps_per_s_first_to_last'), 0)} |")
+                    f"{cell(run.get('env_steps_per_s_first_to_last'), 0)} | "
+                    f"{cell(run.get('steady_iter_ms_mean'), 2)} ({run.get('steady_iterations', '–')}) |")
     return "\n".join(rows)
 
 
@@ -183,7 +202,8 @@ def main() -> int:
     with gzip.open(args.out / f"{args.label}-log.txt.gz", "wt", encoding="utf-8") as handle:
         handle.write("\n".join(lines) + "\n")
     print(json.dumps({k: record.get(k) for k in ("label", "exit_code", "launch_to_first_iteration_s",
-                                                   "launch_to_compiled_s", "launch_to_end_s", "reward_mean_last",
+                                                   "launch_to_compiled_s", "launch_to_end_s", "steady_iter_ms_mean",
+                                                   "steady_env_steps_per_s", "reward_mean_last",
                                                    "error")}), flush=True)
     return 0 if record["exit_code"] == 0 and "error" not in record else 1
 
