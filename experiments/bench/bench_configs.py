@@ -295,9 +295,14 @@ class BenchTask:
 
     @property
     def study(self) -> str:
-        """The default <study> of its results folder: ``bench`` for G1 Walk Flat, ``bench-<task>`` otherwise, so
-        that runs of two tasks never share a folder (and never pool in one table)."""
-        return "bench" if self.name == DEFAULT_TASK else f"bench-{self.name.replace('_', '-')}"
+        """The default <study> of its ``make bench`` results folder (``study_of("bench")``)."""
+        return self.study_of("bench")
+
+    def study_of(self, kind: str) -> str:
+        """The default <study> of its results folder for a study ``kind`` (``bench``, ``parity``): the kind itself for
+        G1 Walk Flat, ``<kind>-<task>`` otherwise, so that runs of two tasks never share a folder (and never pool in
+        one table)."""
+        return kind if self.name == DEFAULT_TASK else f"{kind}-{self.name.replace('_', '-')}"
 
 
 DEFAULT_TASK = "g1_walk_flat"
