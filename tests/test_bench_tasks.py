@@ -8,7 +8,11 @@
 - The device collector (`COLLECTOR=device`) for each task with a device env (`BenchTask.device_env`: G1 Walk Flat
   and Go2 Joystick Flat): the matrix plans it on the task's MuJoCo Warp owner only, and the run's overrides,
   composed through the patched tree, select `training.collector=device`, and the trainer's own resolver finds the
-  task's device env factory. Control: motion tracking, which has none, gets no device run and is refused.
+  task's device env factory. Control: motion tracking, which has none, gets no device run and is refused. A real
+  short bench run of Go2's device collector (the single-run script, UniLab's command line, MuJoCo Warp on Warp's
+  CPU device, 16 envs, 8 iterations, about 15 s) completes, its trainer's own config names Go2 on MuJoCo Warp, its
+  record names the device-resident collector and the device env's form, and its start-up record holds the device
+  env's phases (built, first reset).
 - An unknown task, a physics the task has no owner for and the device collector for a task without a device env
   (or on CPU MuJoCo, in a message naming the task) are each one line and exit 1 from `make bench`'s driver and the
   single-run script, before CUDA is looked for; nothing is written.
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import G1_ASSETS, GO2_ASSETS, PROJECT, make
+from conftest import G1_ASSETS, GO2_ASSETS, PROJECT, make, runnable_tree
 from forked_runs import ForkServer
 
 BENCH = PROJECT / "experiments" / "bench"
@@ -40,6 +44,7 @@ import bench_driver  # noqa: E402
 import bench_env  # noqa: E402
 import bench_matrix  # noqa: E402
 import bench_options  # noqa: E402
+import run_files  # noqa: E402
 
 READ = """
 import sys
@@ -164,6 +169,29 @@ def test_the_device_collector_composes_for_each_task_with_a_device_env(
         assert composers["resolved"](*run_overrides(spec)) == [name, "mjwarp", "device", DEVICE_FACTORIES[task]]
     host = next(s for s in specs if (s.sim, s.collector) == ("mjwarp", "host"))
     assert composers["resolved"](*run_overrides(host)) == [name, "mjwarp", "host", "None"]
+
+
+def test_a_real_cpu_bench_run_of_go2s_device_collector(applied_session: tuple[Path, Path], tmp_path: Path) -> None:
+    checkout, overlay = applied_session
+    tree = runnable_tree(checkout, tmp_path / "tree")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FLASHSAC_PROVENANCE_DIR")}
+    tiny = ("--num-envs", "16", "--batch-size", "32", "--replay-buffer-n", "8", "--learning-starts", "2",
+            "--updates-per-step", "2", "--policy-frequency", "2", "--iterations", "8", "--summary-last", "5")
+    proc = subprocess.run([sys.executable, str(BENCH / "benchmark_flashsac_training.py"), "--unilab-root", str(tree),
+                           "--overlay", str(overlay), "--task", "go2_joystick_flat", "--backend", "mjwarp",
+                           "--collector", "device", "--cpu-smoke", *tiny, "--live-panel", "never",
+                           "--output", str(tmp_path / "run.json"), "--run-dir", str(tmp_path / "run")],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    run = run_files.read_json(tmp_path / "run.json")
+    trained = json.loads((tmp_path / "run" / "train" / "run_config.json").read_text())["config"]
+    assert (trained["training"]["task_name"], trained["training"]["sim_backend"]) == ("Go2JoystickFlat", "mjwarp")
+    assert (run["status"], run["task"], run["backend"], run["collector"]) == (
+        "completed", "go2_joystick_flat", "mjwarp", "device-resident")
+    assert run["run_summary"]["device_env"]["terms"] == "torch" and run["iter_ms"]["count"] == 5
+    phases = run["startup"]["phases_s"]
+    assert 0.0 < phases["env_physics_built"] <= phases["device_env_built"] <= phases["device_env_reset"], phases
+    assert phases["device_env_reset"] <= phases["first_iteration"], phases
 
 
 def _one_line(proc: subprocess.CompletedProcess, prog: str) -> str:
