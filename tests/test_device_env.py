@@ -10,8 +10,10 @@ thread (conftest.SideBySide); each test asserts on its own.
    random actions with 1 s episodes (terminations and time-outs, dozens of resets), both observation groups,
    the final observations, qpos and dones bitwise equal, rewards within 1e-6. Controls: one reward term
    scaled by 1.001 is reported from the first steps; a kp range wider by 0.05 changes the physics at once.
-2. With its own torch draws, the reset states, pd gains, commands, gait phases and observation noise fill the
-   config's ranges. Control: the env built with a narrower kp range fails the check against the tree's range.
+2. With its own torch draws, the reset's root state (offsets, orientation, linear and angular velocities), pd gains,
+   commands and their resampling time, gait phases and observation noise have the config's distributions (inside,
+   covering, centred, uniform: ``device_env_distribution``, which Go2's check shares). Control: the env built with a
+   narrower kp range fails the check against the tree's range.
 3. The step reads nothing on the host (no ``item``, no 0-d or boolean tensor index, no tensor from host data):
    each would be a sync on CUDA that breaks the step's CUDA graph. Control: a 0-d tensor index is found.
 4. A task term without a torch twin is refused with one line.
@@ -183,7 +185,9 @@ def test_a_wrong_kp_range_changes_the_physics(checked: tuple[int, dict, str]) ->
 def test_device_env_draws_have_the_configs_distributions(checked: tuple[int, dict, str]) -> None:
     rc, result, err = checked
     assert rc == 0, (result.get("failed"), err[-3000:])
-    assert len(result["checks"]) == 13
+    assert len(result["checks"]) == 21
+    spread = [c for c in result["checks"] if c["range"][0] < c["range"][1]]
+    assert len(spread) == 17 and all(c["covers"] and c["centred"] and c["uniform"] for c in spread)
 
 
 def test_a_wrong_range_fails_the_distribution_check(checked: tuple[int, dict, str]) -> None:

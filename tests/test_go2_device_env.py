@@ -8,6 +8,13 @@ qpos, qvel, dones and the randomized model rows (mass, CoM, gravity, gains) must
 1e-6. Controls that must fail: a kp range wider by 0.05 (the reset's gains, then the physics), the root's
 tracked-body sensors left a substep behind (the rewards). An event without a device form is refused in one line
 naming it. UniLab's command line trains 3 iterations on it with ``training.collector=device``.
+
+Its own torch draws, as training takes them (``--mode distribution``, 256 envs, 2 steps with the push every step):
+every randomized quantity it writes (the reset's root state, kp and kd, the base's mass, centre of mass and gravity,
+the command and its resampling time, the push's kicks) against the ranges of UniLab's own Go2 config: inside,
+covering, centred and uniform (Kolmogorov-Smirnov). Control: the env built with a narrower kp range, mass range and
+push range fails exactly those three checks, and the range test fails a sample of the right range and mean but the
+wrong shape.
 """
 
 from __future__ import annotations
@@ -19,11 +26,30 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import PROJECT, SideBySide, runnable_tree
 
 CHECK = PROJECT / "experiments" / "evidence" / "go2_device_env_check.py"
+sys.path.insert(0, str(CHECK.parent))
+
+import device_env_distribution  # noqa: E402
+
+#: The push's interval one control step (0.02 s), so that each step pushes every row.
+DISTRIBUTION = ("--mode", "distribution", "--num-envs", "256", "--push-interval", "0.02")
+#: Narrower ranges for the env only (the check reads the tree's): the negative control.
+WRONG_RANGES = ("env.events.pd_gains.params.kp_range=[33.25,36.75]",
+                "env.events.randomize_rigid_body_mass.params.mass_distribution_params=[-0.75,0.75]",
+                "env.events.push_by_setting_velocity.params.velocity_range.x=[-0.5,0.5]")
+#: Every quantity Go2 Joystick Flat's config randomizes, as the distribution check names it.
+QUANTITIES = [*(f"root {q}" for q in ("x offset", "y offset", "z offset", "roll", "pitch", "yaw",
+                                      "linear velocity x", "linear velocity y", "linear velocity z",
+                                      "angular velocity roll", "angular velocity pitch", "angular velocity yaw")),
+              "kp", "kd", "mass add (base)", "CoM offset x (base)", "CoM offset y (base)", "CoM offset z (base)",
+              "gravity x", "gravity y", "gravity z", "command resampling time", "command lin_vel_x",
+              "command lin_vel_y", "command ang_vel_z", "push linear velocity x", "push linear velocity y",
+              "push linear velocity z"]
 FACTORY = "flashsac_runtime.envs:make_go2_joystick_device_env"
 SHORT = ("algo.num_envs=16", "algo.batch_size=32", "algo.replay_buffer_n=8", "algo.learning_starts=2",
          "algo.max_iterations=3", "algo.save_interval=0", "training.no_play=true", "training.export_onnx=false",
@@ -69,6 +95,9 @@ def runs(request: pytest.FixtureRequest, applied_session: tuple[Path, Path],
         "test_an_event_without_a_device_form_is_one_line": lambda: check(tree, overlay, "--steps", "1",
                                                                          NO_DEVICE_FORM),
         "test_unilabs_command_line_trains_on_it": lambda: train(tree, overlay, base / "run"),
+        "test_its_own_draws_have_the_configs_distributions": lambda: check(tree, overlay, *DISTRIBUTION, "--steps", "2"),
+        "test_a_wrong_range_fails_the_distribution_check": lambda: check(tree, overlay, *DISTRIBUTION, "--steps", "1",
+                                                                          *WRONG_RANGES),
     })
     yield started
     started.close()
@@ -111,3 +140,33 @@ def test_unilabs_command_line_trains_on_it(runs: SideBySide, request: pytest.Fix
     manifest = summary["runtime_manifest"]
     assert manifest["collector"] == "device-resident", manifest
     assert manifest["device_env"]["draws_ahead"] == "true" and manifest["device_env"]["terms"] == "torch", manifest
+
+
+def test_its_own_draws_have_the_configs_distributions(runs: SideBySide, request: pytest.FixtureRequest) -> None:
+    rc, result, err = runs.result(request)
+    assert rc == 0 and result["equal"] and result["failed"] == [], (result.get("failed"), err[-3000:])
+    checks = {c["name"]: c for c in result["checks"]}
+    assert list(checks) == QUANTITIES and result["pushes"] == 2
+    assert checks["kp"]["range"] == [31.5, 38.5] and checks["push linear velocity z"]["range"] == [-0.5, 0.5]
+    assert checks["kp"]["samples"] == 256 * 12 and checks["push linear velocity x"]["samples"] == 2 * 256
+    spread = [c for c in checks.values() if c["range"][0] < c["range"][1]]
+    assert len(spread) == 19 and all(c["inside"] and c["covers"] and c["centred"] and c["uniform"] for c in spread)
+
+
+def test_a_wrong_range_fails_the_distribution_check(runs: SideBySide, request: pytest.FixtureRequest) -> None:
+    rc, result, err = runs.result(request)
+    assert rc == 1, (result, err[-3000:])
+    assert result["failed"] == ["kp", "mass add (base)", "push linear velocity x"]
+    failed = [c for c in result["checks"] if not c["ok"]]
+    assert all(c["inside"] and not c["covers"] and not c["uniform"] for c in failed), failed
+
+
+def test_the_range_test_fails_a_wrong_shape_of_the_right_range_and_mean() -> None:
+    """A triangular sample on [-1, 1] (mean 0, reaching both ends) passes every criterion but the uniformity test;
+    a uniform one of the same size passes all; an empty one fails."""
+    rng = np.random.default_rng(5)
+    uniform = device_env_distribution.range_check("uniform", rng.uniform(-1.0, 1.0, 3072), -1.0, 1.0)
+    assert uniform["ok"] and uniform["ks_sqrt_n_d"] < device_env_distribution.KS_CRITICAL
+    triangle = device_env_distribution.range_check("triangle", rng.triangular(-1.0, 0.0, 1.0, 3072), -1.0, 1.0)
+    assert (triangle["inside"], triangle["covers"], triangle["centred"], triangle["uniform"]) == (True, True, True, False)
+    assert not device_env_distribution.range_check("empty", np.zeros(0), -1.0, 1.0)["ok"]

@@ -2,23 +2,38 @@
 
 The committed 3-seed × 1000-iteration parity of 2026-11-30 is the realistic input: the old 2·SE rule passed a
 learner that learned nothing on it; the equivalence test must not.
+
+``make bench-parity TASK=``: each arm's run, as the parity driver hands it to the single-run script, composed
+through its tree's Hydra config (the patched tree for the patched arms, the pristine one for the baseline) trains
+the task's CPU MuJoCo owner at the named setting and seed, and the negative control's learning rates are the
+composed patched defaults' ÷10 (control: the same arms without ``--task`` compose G1 Walk Flat, which the check
+catches); an unknown task is one line before CUDA, from the driver and from ``make``; a task's runs go to its own
+study folder.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import make
+from forked_runs import ForkServer
+
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(PROJECT / "experiments" / folder) for folder in ("bench", "evidence")]
 
 import bench_configs  # noqa: E402
+import bench_driver  # noqa: E402
+import bench_options  # noqa: E402
 import bench_parity  # noqa: E402
 import bench_report  # noqa: E402
 import parity_stats  # noqa: E402
@@ -142,6 +157,120 @@ def test_negative_control_is_the_tree_schedule_divided_by_ten(runnable_tree_conf
 @pytest.fixture(scope="module")
 def runnable_tree_config(pristine_template: Path) -> dict:
     return yaml.safe_load((pristine_template / "src/unilab/conf/flashsac/config.yaml").read_text())
+
+
+# ------------------------------------------------------------------ parity of another task (make bench-parity TASK=)
+
+READ = """
+import sys
+from hydra import compose, initialize_config_dir
+with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
+    cfg = compose("config", overrides=sys.argv[2:])
+p = cfg.algo.algo_params
+print(cfg.training.task_name, cfg.training.sim_backend, cfg.algo.num_envs, cfg.algo.seed,
+      p.learning_rate_init, p.learning_rate_peak, p.learning_rate_end)
+"""
+#: task -> (training.task_name, its own num_envs: what UniLab's defaults train).
+TASK_NAMES = {"g1_walk_flat": ("G1WalkFlat", "4096"), "g1_motion_tracking": ("G1MotionTrackingSAC", "2048"),
+              "go2_joystick_flat": ("Go2JoystickFlat", "1024")}
+
+
+@pytest.fixture(scope="module")
+def composers(applied_session: tuple[Path, Path], pristine_template: Path) -> Iterator[dict[str, Callable[..., list[str]]]]:
+    """Each tree's Hydra config composed with a run's overrides (``READ``), keyed by ``BenchConfig.tree``."""
+    servers, readers = [], {}
+    for kind, root in (("patched", applied_session[0]), ("pristine", pristine_template)):
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+        env["PYTHONPATH"] = str(root / "src")
+        server = ForkServer(("hydra", "omegaconf"), env=env, cwd=root, flags=("-W", "ignore"))
+
+        def read(*overrides: str, server: ForkServer = server, root: Path = root) -> list[str]:
+            returncode, out, err = server.run(str(root / "src/unilab/conf/flashsac"), *overrides, code=READ,
+                                              timeout=300)
+            assert returncode == 0, err[-3000:]
+            return out.strip().splitlines()[-1].split()
+
+        servers.append(server)
+        readers[kind] = read
+    yield readers
+    for server in servers:
+        server.close()
+
+
+def composed_arms(composers: dict[str, Callable[..., list[str]]], *argv: str) -> dict[tuple[str, int], list[str]]:
+    """(arm, seed) -> what its tree composes for the run the parity driver plans with ``argv``."""
+    args = bench_parity.build_parser().parse_args(["--seeds", "1,2", *argv])
+    bench_parity.run_defaults(args)
+    common = bench_parity.common_args(args, Path("/x"), Path("/b"), Path("/p"), applied=True)
+    out = {}
+    for spec in bench_parity.arm_specs(args):
+        run = bench_options.parse_args(bench_driver.single_run_argv(spec, common=common, output=Path("/o.json"),
+                                                                    run_dir=Path("/r"))[2:])
+        overrides = [o for o in bench_options.hydra_overrides(run, Path("/logs")) if not o.startswith("training.log_dir=")]
+        out[(spec.config, spec.seed)] = composers[bench_configs.CONFIGS[spec.config].tree](*overrides)
+    return out
+
+
+def check_arms(task: str, composed: dict[tuple[str, int], list[str]]) -> None:
+    """Every arm on both seeds trains the task's CPU MuJoCo owner at its own defaults; the baseline and the patched
+    defaults at the tree's learning rates, the negative control at a tenth of the patched defaults'."""
+    name, envs = TASK_NAMES[task]
+    assert sorted(composed) == sorted((arm, seed) for arm in ("baseline-1.3.2", "patched-default",
+                                                              bench_configs.NEGATIVE_CONTROL) for seed in (1, 2))
+    for (arm, seed), (task_name, backend, num_envs, run_seed, *rates) in composed.items():
+        assert (task_name, backend, num_envs, run_seed) == (name, "mujoco", envs, str(seed)), (task, arm)
+        patched = [float(r) for r in composed[("patched-default", seed)][4:]]
+        expected = [r / 10 for r in patched] if arm == bench_configs.NEGATIVE_CONTROL else patched
+        assert [float(r) for r in rates] == pytest.approx(expected, rel=1e-6), (task, arm)
+    assert [float(r) for r in composed[("baseline-1.3.2", 1)][4:]] == [
+        value for _, value in bench_configs.TREE_LEARNING_RATES]
+
+
+@pytest.mark.parametrize("task", sorted(bench_configs.TASKS))
+def test_each_arm_trains_the_task_and_the_negative_control_a_tenth_of_its_learning_rates(
+        composers: dict[str, Callable[..., list[str]]], task: str) -> None:
+    check_arms(task, composed_arms(composers, "--task", task, "--setting", "unilab-default"))
+
+
+def test_arms_without_the_task_are_caught(composers: dict[str, Callable[..., list[str]]]) -> None:
+    """Control: the same arms without ``--task`` compose G1 Walk Flat, and the check fails for Go2."""
+    with pytest.raises(AssertionError):
+        check_arms("go2_joystick_flat", composed_arms(composers, "--setting", "unilab-default"))
+
+
+def test_an_unknown_task_is_one_line_before_cuda(tmp_path: Path) -> None:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    results = tmp_path / "results"
+
+    def parity(*argv: str) -> list[str]:
+        proc = subprocess.run([sys.executable, str(PROJECT / "experiments/bench/bench_parity.py"), "--results-root",
+                               str(results), *argv], env=env, capture_output=True, text=True, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and proc.stdout == "", (proc.stdout, proc.stderr)
+        return lines
+
+    assert parity("--task", "g1_walking") == [
+        "bench_parity: error: TASK=g1_walking: unknown task 'g1_walking'; known: g1_walk_flat, g1_motion_tracking, "
+        "go2_joystick_flat"]
+    # Control: a known task passes the refusal and reaches the CUDA check (this machine has none).
+    assert parity("--task", "go2_joystick_flat")[0].startswith("bench_parity: error: CUDA is required")
+    assert not results.exists()
+    proc = make("bench-parity", "TASK=g1_walking", "SETTING=unilab-default", CUDA_VISIBLE_DEVICES="")
+    assert proc.returncode != 0
+    assert proc.stderr.splitlines()[0].startswith("bench_parity: error: TASK=g1_walking: unknown task"), proc.stderr
+
+
+def test_each_tasks_parity_runs_go_to_its_own_study() -> None:
+    def study(*argv: str) -> str:
+        args = bench_parity.build_parser().parse_args(list(argv))
+        return bench_parity.study(args)
+
+    assert {task: study("--task", task) for task in bench_configs.TASKS} == {
+        "g1_walk_flat": "parity", "g1_motion_tracking": "parity-g1-motion-tracking",
+        "go2_joystick_flat": "parity-go2-joystick-flat"}
+    assert study() == "parity" and study("--task", "go2_joystick_flat", "--quick") == "parity-go2-joystick-flat-quick"
+    assert study("--task", "go2_joystick_flat", "--study", "go2-seeds") == "go2-seeds"
+    assert all(bench_driver.STUDY_NAME.fullmatch(study("--task", task)) for task in bench_configs.TASKS)
 
 
 # ------------------------------------------------------------------ time to reward

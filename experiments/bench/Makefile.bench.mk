@@ -8,8 +8,10 @@
 #              [APPLY=1] [SKIP_VERIFY=1] [TIMEOUT_S=<per run>]
 #              [MACHINE=h200] [STUDY=bench]   (the run's folder: results/<date>-<machine>-<study>/)
 #              [NO_CHECKS=1 | CHECK_NUMERICS='<cmd>' CHECK_REPLAY='<cmd>' | CHECKS_JSON=<file>] [BENCH_ARGS=...]
-#   make bench-parity [QUICK=1] [SEEDS=1,2,3,4,5] [ITERATIONS=3000] [BENCH_ARGS="--arms A,B"] ...   (exit 0: trusted check)
-#                     (results/<date>-<machine>-parity/ unless STUDY= names another study)
+#   make bench-parity [QUICK=1] [SEEDS=1,2,3,4,5] [ITERATIONS=3000] [SETTING=report|unilab-default]
+#                     [TASK=g1_walk_flat|g1_motion_tracking|go2_joystick_flat] [SYNTHETIC_CLIP=1]
+#                     [BENCH_ARGS="--arms A,B"] ...   (exit 0: trusted check; every arm on the task's CPU MuJoCo owner)
+#                     (results/<date>-<machine>-parity/, parity-<task>/ for another task, unless STUDY= names another)
 #   make bench-report DIR=results/<date>-<machine>-<study>   (rebuild summary.md + timings.png from the JSON)
 #   make bench-whole-run [OWNER=g1_walk_flat/mjwarp] [OVERRIDES='algo.num_envs=256 ...'] [LABEL=whole-run]
 #                        [DIR=work/whole-run]   (UniLab's whole run from the tree's root, timed from launch to its
@@ -52,7 +54,9 @@ bench:
 	  $(if $(CHECKS_JSON),--checks-json "$(CHECKS_JSON)") $(BENCH_ARGS)
 
 bench-parity:
-	$(BENCH_PY) experiments/bench/bench_parity.py $(BENCH_COMMON) $(if $(SEEDS),--seeds $(SEEDS)) $(BENCH_ARGS)
+	$(BENCH_PY) experiments/bench/bench_parity.py $(BENCH_COMMON) $(if $(SEEDS),--seeds $(SEEDS)) \
+	  $(if $(TASK),--task "$(TASK)") $(if $(filter 1,$(SYNTHETIC_CLIP)),--synthetic-motion-clip) \
+	  $(if $(SETTING),--setting $(SETTING)) $(BENCH_ARGS)
 
 bench-report:
 	@test -n "$(DIR)" || { echo "bench-report: set DIR=results/<date>-<machine>-<study>" >&2; exit 2; }

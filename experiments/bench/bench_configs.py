@@ -281,8 +281,8 @@ class BenchTask:
 
     ``sims``: the owners (``conf/flashsac/task/<name>/<sim>.yaml``) of the physics the bench runs; ``scene``: the
     MuJoCo scene the task loads, relative to the tree's root (its meshes are checked before any run, its single-core
-    step cost is the CPU physics floor); ``device_env``: whether the tree has a device env for it (the
-    device-resident collector); ``motion_clip``: the clip the task tracks, relative to ``src/unilab/assets``.
+    step cost is the CPU physics floor); ``device_env``: whether the patched tree has a device env for it (the
+    device-resident collector, on the physics that collector runs: ``COLLECTORS``); ``motion_clip``: the clip the task tracks, relative to ``src/unilab/assets``.
     """
 
     name: str
@@ -295,9 +295,14 @@ class BenchTask:
 
     @property
     def study(self) -> str:
-        """The default <study> of its results folder: ``bench`` for G1 Walk Flat, ``bench-<task>`` otherwise, so
-        that runs of two tasks never share a folder (and never pool in one table)."""
-        return "bench" if self.name == DEFAULT_TASK else f"bench-{self.name.replace('_', '-')}"
+        """The default <study> of its ``make bench`` results folder (``study_of("bench")``)."""
+        return self.study_of("bench")
+
+    def study_of(self, kind: str) -> str:
+        """The default <study> of its results folder for a study ``kind`` (``bench``, ``parity``): the kind itself for
+        G1 Walk Flat, ``<kind>-<task>`` otherwise, so that runs of two tasks never share a folder (and never pool in
+        one table)."""
+        return kind if self.name == DEFAULT_TASK else f"{kind}-{self.name.replace('_', '-')}"
 
 
 DEFAULT_TASK = "g1_walk_flat"
@@ -310,7 +315,7 @@ TASKS: dict[str, BenchTask] = {
         BenchTask("g1_motion_tracking", "G1 motion tracking", "G1", ("mujoco", "mjwarp"), G1_SCENE,
                   motion_clip="motions/g1/dance1_subject2_part.npz"),
         BenchTask("go2_joystick_flat", "Go2 joystick flat", "Go2", ("mujoco", "mjwarp"),
-                  "src/unilab/assets/robots/go2/scene_flat.xml"),
+                  "src/unilab/assets/robots/go2/scene_flat.xml", device_env=True),
     )
 }
 
@@ -329,7 +334,7 @@ def task_refusal(task: str, sim: str | None = None, collector: str = "host") -> 
     return None
 
 
-def refusal(config: str, sim: str, collector: str = "host", task: str = "g1_walk_flat") -> str | None:
+def refusal(config: str, sim: str, collector: str = "host", task: str = DEFAULT_TASK) -> str | None:
     """Why a configuration cannot run on this physics with this collector for this task (one line), or None.
 
     The references are what users have without us: the stock learner on the stock tree, stepping CPU MuJoCo
@@ -348,7 +353,8 @@ def refusal(config: str, sim: str, collector: str = "host", task: str = "g1_walk
         return f"{config} changes how MuJoCo Warp starts: it runs on {' or '.join(entry.sims)} only (SIM={entry.sims[0]})"
     if chosen.sims is not None and sim not in chosen.sims:
         return (f"the {chosen.label} ({COLLECTOR_KEY}={chosen.name}) runs on {', '.join(chosen.sims)} only: "
-                f"UniLab's G1 Walk Flat has a device env on MuJoCo Warp only (SIM=mjwarp), not on {sim}")
+                f"{TASKS[task].label}'s device env steps {' or '.join(chosen.sims)} (SIM={chosen.sims[0]}), "
+                f"not on {sim}")
     return None
 
 

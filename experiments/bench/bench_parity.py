@@ -11,6 +11,11 @@ every further arm passed. A study of one further arm reads the baseline, the pat
 control from a committed study of the same setting, seeds and horizon (the ``parity`` table pools folders).
 The report (summary.md, parity.json, rewards.png) is written from the run JSONs, so ``--report DIR`` rebuilds it
 over runs of several invocations (seeds trained concurrently) copied into one folder.
+
+``--task`` trains another of UniLab's FlashSAC tasks (``bench_configs.TASKS``) on its CPU MuJoCo owner, where the
+baseline runs (the pristine tree has no other collector), with the same arms: the negative control divides the
+learning rates of the one flashsac config every task shares. Its runs go to ``parity-<task>`` unless ``--study``
+names another study, so that two tasks' runs never pool; an unknown task is one line before CUDA is looked for.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import bench_env  # noqa: E402
 import bench_report  # noqa: E402
 import parity_stats  # noqa: E402
 import run_files  # noqa: E402
-from bench_configs import CONFIGS, NEGATIVE_CONTROL, SETTINGS  # noqa: E402
+from bench_configs import CONFIGS, DEFAULT_TASK, NEGATIVE_CONTROL, SETTINGS, TASKS, task_refusal  # noqa: E402
 from bench_env import BenchSetupError  # noqa: E402
 
 PROG = "bench_parity"
@@ -40,11 +45,19 @@ BASELINE = "baseline-1.3.2"
 EXPECTED: dict[str, bool] = {"patched-default": True, NEGATIVE_CONTROL: False}
 #: Final window: the last 500 logged rewards (of 3000 iterations), where the curves have flattened.
 FINAL_LAST = 500
+#: The physics every parity run steps: the baseline's (the pristine tree's host collector steps CPU MuJoCo).
+SIM = "mujoco"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--unilab-root", type=Path, default=Path(os.environ.get("UNILAB", bench_env.DEFAULT_UNILAB_ROOT)))
+    p.add_argument("--task", default=DEFAULT_TASK,
+                   help=f"the FlashSAC task every arm trains on its {SIM} owner (known: {', '.join(TASKS)}; "
+                        f"default: {DEFAULT_TASK})")
+    p.add_argument("--synthetic-motion-clip", action="store_true",
+                   help="a task that tracks a motion clip: where a tree has none, write the synthetic one "
+                        "(scripts/offline/motion_clip.py), never over a clip that is there")
     p.add_argument("--iterations", type=int, help="default 3000 (QUICK: 60)")
     p.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",") if x.strip()], default=[1, 2, 3, 4, 5])
     p.add_argument("--arms", type=lambda t: [x for x in t.split(",") if x.strip()],
@@ -62,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", type=bench_driver.name_part(bench_driver.MACHINE_TOKEN, "--machine"),
                    help="<machine> of results/<date>-<machine>-<study>/ (default: as make bench names it)")
     p.add_argument("--study", type=bench_driver.name_part(bench_driver.STUDY_NAME, "--study"), default="parity",
-                   help="<study> of results/<date>-<machine>-<study>/ (default: parity; QUICK adds -quick)")
+                   help="<study> of results/<date>-<machine>-<study>/ (default: parity; for a task other than "
+                        f"{DEFAULT_TASK} parity-<task>, underscores as dashes; QUICK adds -quick)")
     p.add_argument("--assets", type=Path, default=Path(os.environ["UNILAB_ASSETS"]) if os.environ.get("UNILAB_ASSETS") else None)
     p.add_argument("--skip-verify", action="store_true", help="development only: do not require the applied state")
     p.add_argument("--overlay", type=Path, default=bench_env.OVERLAY_DIR)
@@ -76,11 +90,55 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def task_args(args: argparse.Namespace) -> list[str]:
+    """The single-run options every arm's run takes for the task: its owner on ``SIM``, and the synthetic clip
+    where asked. Raises BenchSetupError (one line) for a task the bench cannot train there."""
+    reason = task_refusal(args.task, SIM)
+    if reason is not None:
+        raise BenchSetupError(f"TASK={args.task}: {reason}")
+    return ["--task", args.task, "--backend", SIM, *(["--synthetic-motion-clip"] if args.synthetic_motion_clip else [])]
+
+
+def study(args: argparse.Namespace) -> str:
+    """<study> of the results folder: the task's own parity study unless ``--study`` names another."""
+    name = TASKS[args.task].study_of("parity") if args.study == "parity" else args.study
+    return f"{name}-quick" if args.quick else name
+
+
 def shape_overrides(args: argparse.Namespace) -> list[str]:
     """The single-run options of the values given explicitly; the rest come from ``--setting`` (the single-run
     script fills them from it, and leaves the tree's value where the setting has none)."""
     return [item for key in ("num_envs", "batch_size", "replay_buffer_n", "learning_starts", "policy_frequency")
             if getattr(args, key) is not None for item in (f"--{key.replace('_', '-')}", str(getattr(args, key)))]
+
+
+def run_defaults(args: argparse.Namespace) -> None:
+    """The values a training invocation fills in: QUICK's seeds and window, the iterations."""
+    if args.quick:
+        args.seeds, args.final_last = args.seeds[:2], 20
+    args.iterations = args.iterations or (60 if args.quick else 3000)
+
+
+def common_args(args: argparse.Namespace, root: Path, baseline: Path, pristine: Path | None, *,
+                applied: bool) -> list[str]:
+    """The single-run options every arm's run shares: the trees, the task, the horizon, the setting's values."""
+    common = ["--unilab-root", str(root), *task_args(args), "--iterations", str(args.iterations),
+              "--summary-last", str(max(1, args.iterations // 2)), *shape_overrides(args),
+              "--overlay", str(args.overlay), "--baseline-uni-rl", str(baseline), "--live-panel", args.live_panel]
+    if pristine is not None:
+        common += ["--pristine-unilab-root", str(pristine)]
+    if applied:
+        common.append("--require-applied")
+    if args.timeout_s:
+        common += ["--timeout-s", str(args.timeout_s)]
+    return common
+
+
+def arm_specs(args: argparse.Namespace) -> list[bench_driver.RunSpec]:
+    """Every arm on every seed, the arms' order rotated seed by seed (drift of the machine hits every arm alike)."""
+    return [bench_driver.RunSpec(config=c, updates_per_step=args.updates_per_step, setting=args.setting, seed=s)
+            for i, s in enumerate(args.seeds)
+            for c in args.arms[i % len(args.arms):] + args.arms[:i % len(args.arms)]]
 
 
 def parity_report(runs: list[dict], *, final_last: int) -> dict:
@@ -142,13 +200,16 @@ def write_report(out: Path, *, final_last: int, quick: bool = False) -> dict:
     bench_report.plot_rewards(runs, out / "rewards.png")
     (out / "parity.json").write_text(json.dumps(report, indent=2) + "\n")
     configs = [run.get("training_config") or {} for run in runs]
+    tasks = sorted({str(run.get("task") or DEFAULT_TASK) for run in runs})
+    labels = ", ".join(TASKS[t].label if t in TASKS else t for t in tasks)
+    physics = " and ".join(sorted({"MuJoCo Warp" if run.get("backend") == "mjwarp" else "CPU MuJoCo" for run in runs}))
     seeds = sorted({c.get("seed") for c in configs if c.get("seed") is not None})
     schedules = sorted({str(c.get("schedule")) for c in configs})
     iterations = sorted({run.get("iterations") for run in runs if run.get("iterations") is not None})
     envs = sorted({c.get("num_envs") for c in configs if c.get("num_envs") is not None})
     batch = sorted({c.get("batch_size") for c in configs if c.get("batch_size") is not None})
     text = (f"# FlashSAC learning parity: {out.name}\n\n"
-            f"{'/'.join(map(str, iterations))} iterations, seeds {seeds}, schedule {', '.join(schedules)}, "
+            f"{labels} ({physics}), {'/'.join(map(str, iterations))} iterations, seeds {seeds}, schedule {', '.join(schedules)}, "
             f"{'/'.join(map(str, envs))} envs, batch {'/'.join(map(str, batch))}. Test (fixed before the runs, "
             f"`experiments/bench/parity_stats.py`): {100 * (1 - 2 * parity_stats.ALPHA):.0f}% Welch interval of "
             f"candidate − baseline inside ±{100 * parity_stats.MARGIN_FRACTION:.0f}% of the baseline's learning "
@@ -173,43 +234,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: no run JSON under {args.report}", file=sys.stderr)
             return 1
         return 0 if write_report(args.report, final_last=args.final_last)["passed"] else 3
-    if args.quick:
-        args.seeds, args.final_last = args.seeds[:2], 20
-    args.iterations = args.iterations or (60 if args.quick else 3000)
+    run_defaults(args)
     unknown = [arm for arm in args.arms if arm not in CONFIGS]
     if unknown:
         print(f"{PROG}: error: unknown arm {', '.join(unknown)} (bench_configs.CONFIGS)", file=sys.stderr)
         return 2
     try:
+        task_args(args)
         device = bench_env.require_cuda()
         root = bench_env.require_unilab_root(args.unilab_root)
         state = None if args.skip_verify else bench_env.patchset_status(root, args.overlay)
         if state is not None:
             bench_env.require_applied(state)
-        bench_env.ensure_assets(root, args.assets)
+        assets = {"task": args.task, "synthetic_clip": args.synthetic_motion_clip}
+        bench_env.ensure_assets(root, args.assets, **assets)
         baseline = bench_driver.prepare_baseline(args.baseline_uni_rl, args.baseline_wheel)
         pristine = None
         if any(CONFIGS[arm].tree == "pristine" for arm in args.arms):
             pristine = bench_env.require_unilab_root(bench_driver.prepare_pristine_tree())
-            bench_env.ensure_assets(pristine, args.assets)
+            bench_env.ensure_assets(pristine, args.assets, **assets)
     except (BenchSetupError, subprocess.CalledProcessError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     out = bench_driver.results_dir(args.results_root, args.machine or bench_driver.this_machine(device["gpu"]),
-                                   f"{args.study}-quick" if args.quick else args.study)
+                                   study(args))
     logs_root = bench_env.PROJECT_DIR / "work" / "bench-logs" / out.name
-    common = ["--unilab-root", str(root), "--backend", "mujoco", "--iterations", str(args.iterations),
-              "--summary-last", str(max(1, args.iterations // 2)), *shape_overrides(args),
-              "--overlay", str(args.overlay), "--baseline-uni-rl", str(baseline), "--live-panel", args.live_panel]
-    if pristine is not None:
-        common += ["--pristine-unilab-root", str(pristine)]
-    if state is not None:
-        common.append("--require-applied")
-    if args.timeout_s:
-        common += ["--timeout-s", str(args.timeout_s)]
-    specs = [bench_driver.RunSpec(config=c, updates_per_step=args.updates_per_step, setting=args.setting, seed=s)
-             for i, s in enumerate(args.seeds)
-             for c in args.arms[i % len(args.arms):] + args.arms[:i % len(args.arms)]]
+    common = common_args(args, root, baseline, pristine, applied=state is not None)
+    specs = arm_specs(args)
     progress = bench_driver.Progress(total=len(specs))
     failures = 0
     for index, spec in enumerate(specs, 1):

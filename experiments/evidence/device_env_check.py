@@ -13,10 +13,12 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 NumPy's). ``--perturb-reward TERM`` scales one reward term of the device env by 1.001, and
                 ``--perturb-kp`` widens its kp range: the negative controls, which must be reported.
   distribution  the device env with its own torch draws (``TorchDraws``, as in training), ``--num-envs`` rows:
-                the reset root offsets, root velocities, kp/kd scales, commands, gait phases and observation
-                noise it samples over a reset and ``--steps`` steps are checked against the ranges of the tree's
-                config (composed without ``--override``): every sample inside its range, the range covered
-                (min and max within 5 % of its ends) and the mean within 4 standard errors of the middle.
+                the reset root state (offsets, orientation, linear and angular velocity), kp/kd scales, commands
+                and their resampling time, gait phases and observation noise it samples over a reset and
+                ``--steps`` steps are checked against the ranges of the tree's config (composed without
+                ``--override``) by ``device_env_distribution.range_check``: every sample inside its range, the range
+                covered (min and max within 5 % of its ends), the mean within 4 standard errors of the middle and
+                the samples uniform (Kolmogorov-Smirnov, significance 0.001); a point range exactly.
                 ``--override`` changes the env's config only (e.g. a wrong kp range): the check must fail.
   host-reads    the device env with its own torch draws steps ``--steps`` times (after one warm-up step, as
                 before its CUDA graph is recorded) under a torch function mode that records every host read a
@@ -107,6 +109,7 @@ from device_env_build import (  # noqa: E402
 from device_env_compare import REWARD_ATOL, max_abs, record_step_outputs, step_side_by_side  # noqa: E402
 from device_env_controls import misplace_physics_stamp, perturb_reward  # noqa: E402
 from device_env_counts import DRAW_PARTS, PARTS, HostReads, OpCount, WarpLaunches, mark_step_graph  # noqa: E402
+from device_env_distribution import command_checks, pd_gains_checks, range_check, root_state_checks  # noqa: E402
 
 #: What ``--mode step-split`` adds to one part of every step (milliseconds): far above a step part's noise on the CPU
 #: (the physics of 16 G1 worlds on Warp's CPU device: about 40 ms, and on a 2-core machine busy with three more
@@ -156,50 +159,20 @@ def parity(args: argparse.Namespace) -> dict[str, Any]:
             "reward_atol": REWARD_ATOL, "first_mismatch_step": first, "counts": counts, "equal": not first}
 
 
-def range_check(name: str, values: np.ndarray, low: float, high: float) -> dict[str, Any]:
-    """Samples of U[low, high]: inside it (float32 slack), covering it, centred (4 standard errors)."""
-    values = np.asarray(values, dtype=np.float64).ravel()
-    span = high - low
-    slack = 1e-6 * max(1.0, abs(low), abs(high))
-    mean_tol = 4.0 * span / math.sqrt(12.0 * values.size)
-    checks = {
-        "inside": bool(values.min() >= low - slack and values.max() <= high + slack),
-        "covers": bool(values.min() <= low + 0.05 * span and values.max() >= high - 0.05 * span),
-        "centred": bool(abs(values.mean() - (low + high) / 2) <= mean_tol),
-    }
-    return {"name": name, "range": [low, high], "samples": int(values.size), "min": float(values.min()),
-            "max": float(values.max()), "mean": float(values.mean()), **checks, "ok": all(checks.values())}
-
-
 def distribution(args: argparse.Namespace) -> dict[str, Any]:
     cfg = compose_cfg(args.num_envs, args.seed, ())  # the tree's own ranges
     env_cfg = cfg.env
     dev = make_device_env(args.num_envs, args.seed, tuple(args.override), numpy_draws=False)
     out = dev.reset()
-    root_default = dev._default_root_state.double().cpu().numpy()  # noqa: SLF001
-    qpos = dev.sim.qpos.double().cpu().numpy()
-    qvel = dev.sim.qvel.double().cpu().numpy()
-    kp = (dev.sim.gainprm[:, dev._gain_cols, 0].double() / dev._default_kp.double()).cpu().numpy()  # noqa: SLF001
-    kd = (-dev.sim.biasprm[:, dev._gain_cols, 2].double() / dev._default_kd.double()).cpu().numpy()  # noqa: SLF001
     events = env_cfg.events
-    pose, vel = events.reset_root_state_uniform.params.pose_range, events.reset_root_state_uniform.params.velocity_range
-    gains = events.pd_gains.params
-    checks = [
-        range_check("root x offset", qpos[:, 0] - root_default[:, 0], *pose.x),
-        range_check("root y offset", qpos[:, 1] - root_default[:, 1], *pose.y),
-        range_check("root yaw", 2 * np.arctan2(qpos[:, 6], qpos[:, 3]), *pose.yaw),
-        range_check("root linear velocity x", qvel[:, 0], *vel.x),
-        range_check("root linear velocity y", qvel[:, 1], *vel.y),
-        range_check("root linear velocity z", qvel[:, 2], *vel.z),
-        range_check("kp scale", kp, *gains.kp_range),
-        range_check("kd scale", kd, *gains.kd_range),
-        range_check("gait phase (left)", dev.state.gait_phase[:, 0].cpu().numpy(), 0.0, 2 * math.pi),
-    ]
     command = dev.state.command.double().cpu().numpy()
-    ranges = env_cfg.commands.twist.ranges
-    moving = np.hypot(command[:, 0], command[:, 1]) > 0
-    checks.append(range_check("command ang_vel_z", command[:, 2], *ranges.ang_vel_z))
-    checks.append(range_check("command lin_vel_x (moving)", command[moving, 0], *ranges.lin_vel_x))
+    checks = [
+        *root_state_checks(dev, events.reset_root_state_uniform.params),
+        *pd_gains_checks(dev, events.pd_gains.params),
+        range_check("gait phase (left)", dev.state.gait_phase[:, 0].cpu().numpy(), 0.0, 2 * math.pi),
+        # G1's planar dead zone zeroes the planar command of the rows inside it: the moving rows keep theirs.
+        *command_checks(dev, env_cfg.commands.twist, np.hypot(command[:, 0], command[:, 1]) > 0, " (moving)"),
+    ]
     noise = {"joint_pos": [], "joint_vel": []}
     actions = torch.rand((args.steps, args.num_envs, dev.action_dim), generator=torch.Generator().manual_seed(3)) * 2 - 1
     terms = env_cfg.observations.policy.terms

@@ -1,4 +1,5 @@
-"""Go2 Joystick Flat's device env against UniLab's own Go2 env on MuJoCo Warp, fed the same draws.
+"""Go2 Joystick Flat's device env against UniLab's own Go2 env on MuJoCo Warp, fed the same draws; its own draws
+against the config.
 
 Run from the applied tree's root (``work/unilab-1.3.2``) with the overlay first on ``PYTHONPATH``; on the CPU with
 ``UNISIM_MJWARP_ALLOW_CPU=1`` (Warp's CPU device). Both envs are built from ``task=go2_joystick_flat/mjwarp`` with
@@ -10,11 +11,20 @@ observations of the done rows, qpos and qvel, terminations and time-outs bitwise
 ``--push-interval S`` sets the interval push's period (UniLab's is 15 s, past a short run) so that pushes happen;
 ``--episode-seconds`` makes episodes end inside the run. Controls: ``--perturb-kp`` widens the device env's kp range
 by 0.05 on both ends (the reset's gains, then the physics, must differ); ``--skip-root-refresh`` leaves the root's
-tracked-body sensors a substep behind.
+tracked-body sensors a substep behind. The JSON holds the largest difference per quantity, the first step each
+exceeded its limit, the counts of terminations, time-outs and pushes, and ``equal``.
 
-Prints one JSON line: the largest difference per quantity, the first step each exceeded its limit, the counts of
-terminations, time-outs and pushes, and ``equal``. Exit 0 when equal, 1 when not, 2 when the device env refuses
-the config (its one line on stderr).
+``--mode distribution``: the device env with its own torch draws (``TorchDraws``, as in training; the step eager, so
+that each push can be read), ``--num-envs`` rows, reset and stepped ``--steps`` times with seeded random actions.
+Every randomized quantity is read back from what the env wrote and checked against the ranges of the tree's config
+(composed with the run's episode and push timing, without the positional overrides) by
+``device_env_distribution``'s checks: the reset's root offsets, orientation and linear and angular velocities
+(``reset_root_state_uniform``), kp and kd (``pd_gains``), the base's mass, centre of mass and gravity (model rows),
+the velocity command and its resampling time after the reset of every row, and each push's linear velocity kick.
+A positional override changes the env's config only (e.g. a wrong kp range): the check must fail. The JSON holds
+every check (range, samples, min, max, mean, each criterion), ``failed`` and ``equal``.
+
+Exit 0 when equal, 1 when not, 2 when the device env refuses the config (its one line on stderr).
 """
 
 from __future__ import annotations
@@ -30,21 +40,33 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_env_compare import REWARD_ATOL, max_abs, record_step_outputs  # noqa: E402
+from device_env_distribution import (  # noqa: E402
+    com_checks, command_checks, gravity_checks, mass_checks, pd_gains_checks, push_checks, root_state_checks)
 
 TASK = "go2_joystick_flat/mjwarp"
 
 
-def build(num_envs: int, seed: int, extra: tuple[str, ...]) -> tuple[Any, Any]:
+def compose_cfg(num_envs: int, seed: int, extra: tuple[str, ...]) -> Any:
+    """The tree's Go2 Joystick Flat config on MuJoCo Warp, as UniLab's command line composes it with ``extra``."""
     from hydra import compose, initialize_config_dir
 
-    from flashsac_runtime.envs import make_go2_joystick_device_env
-    from unilab.base.env_factory import make_registry_env
+    with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
+        return compose(config_name="config", overrides=[f"task={TASK}", f"algo.num_envs={num_envs}",
+                                                         f"algo.seed={seed}", *extra])
+
+
+def env_override(num_envs: int, seed: int, extra: tuple[str, ...]) -> dict[str, Any] | None:
+    """The env override UniLab's off-policy entry point builds from the composed config (what the collector gets)."""
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
-    with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"task={TASK}", f"algo.num_envs={num_envs}",
-                                                        f"algo.seed={seed}", *extra])
-    override = build_offpolicy_env_cfg_override("flashsac", cfg)
+    return build_offpolicy_env_cfg_override("flashsac", compose_cfg(num_envs, seed, extra))
+
+
+def build(num_envs: int, seed: int, extra: tuple[str, ...]) -> tuple[Any, Any]:
+    from flashsac_runtime.envs import make_go2_joystick_device_env
+    from unilab.base.env_factory import make_registry_env
+
+    override = env_override(num_envs, seed, extra)
     ref = make_registry_env("Go2JoystickFlat", "mjwarp", num_envs, {**(override or {}), "seed": seed})
     dev = make_go2_joystick_device_env(num_envs, torch.device("cpu"), seed, env_cfg_override=override,
                                        numpy_draws=True, graph=False, draws_ahead=False,
@@ -63,8 +85,48 @@ def model_rows(env: Any) -> dict[str, np.ndarray]:
             "biasprm": wp.to_torch(model.actuator_biasprm).numpy()[:, :, :3].copy()}
 
 
+def distribution(args: argparse.Namespace, timing: tuple[str, ...]) -> dict[str, Any]:
+    """The device env's own torch draws against the tree's ranges (``--mode distribution``)."""
+    from flashsac_runtime.envs import make_go2_joystick_device_env
+
+    env_cfg = compose_cfg(args.num_envs, args.seed, timing).env  # the tree's own ranges
+    override = env_override(args.num_envs, args.seed, (*timing, *args.override))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = make_go2_joystick_device_env(args.num_envs, device, args.seed, env_cfg_override=override, graph=False)
+    dev.reset()
+    events = env_cfg.events
+    checks = [*root_state_checks(dev, events.reset_root_state_uniform.params),
+              *pd_gains_checks(dev, events.pd_gains.params),
+              *mass_checks(dev, events.randomize_rigid_body_mass.params),
+              *com_checks(dev, events.randomize_rigid_body_com.params),
+              *gravity_checks(dev, events.randomize_physics_scene_gravity.params),
+              *command_checks(dev, env_cfg.commands.twist)]
+    # Each push, read where it happens: the root's linear velocity before and after the env's step events.
+    cols = dev._root_qvel_cols[0:3]  # noqa: SLF001
+    apply, kicks = dev._apply_events, []  # noqa: SLF001
+
+    def recorded(drawn: Any) -> None:
+        before = dev.sim.qvel[:, cols].clone()
+        apply(drawn)
+        change = dev.sim.qvel[:, cols].double() - before.double()
+        if bool((change != 0).any()):
+            kicks.append(change.cpu().numpy())
+
+    dev._apply_events = recorded  # noqa: SLF001
+    seeded = torch.Generator().manual_seed(args.action_seed)
+    actions = torch.rand((args.steps, args.num_envs, dev.action_dim), generator=seeded)
+    for t in range(args.steps):
+        dev.step((actions[t] * 2 - 1).to(dev.device))
+    checks += push_checks(np.concatenate(kicks) if kicks else np.zeros((0, 3)),
+                          events.push_by_setting_velocity.params)
+    return {"task": TASK, "mode": "distribution", "num_envs": args.num_envs, "steps": args.steps,
+            "pushes": len(kicks), "override": list(args.override), "checks": checks,
+            "failed": [c["name"] for c in checks if not c["ok"]], "equal": all(c["ok"] for c in checks)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("parity", "distribution"), default="parity")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seed", type=int, default=3)
@@ -73,13 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--push-interval", type=float, default=0.3)
     parser.add_argument("--perturb-kp", action="store_true")
     parser.add_argument("--skip-root-refresh", action="store_true")
-    parser.add_argument("override", nargs="*", help="further Hydra overrides")
+    parser.add_argument("override", nargs="*", help="further Hydra overrides (distribution: of the env only)")
     args = parser.parse_args(argv)
-    extra = (f"env.max_episode_seconds={args.episode_seconds}",
-             f"env.events.push_by_setting_velocity.interval_range_s=[{args.push_interval},{args.push_interval}]",
-             *args.override)
+    timing = (f"env.max_episode_seconds={args.episode_seconds}",
+              f"env.events.push_by_setting_velocity.interval_range_s=[{args.push_interval},{args.push_interval}]")
     try:
-        ref, dev = build(args.num_envs, args.seed, extra)
+        if args.mode == "distribution":
+            result = distribution(args, timing)
+            print(json.dumps(result))
+            return 0 if result["equal"] else 1
+        ref, dev = build(args.num_envs, args.seed, (*timing, *args.override))
     except ValueError as exc:  # a term or event without a device form: the env's one line
         print(f"go2_device_env_check: {exc}", file=sys.stderr)
         return 2

@@ -41,11 +41,13 @@ class Phase(NamedTuple):
 
 #: In the order a run passes through them: the device collector's env (MJWarp physics built, with its kernel
 #: build's record; the device env built; its first reset, which captures the step), then the learner's phases
-#: (a host-collector run builds its env in the collector's process and starts no device env).
+#: (a host-collector run builds its env in the collector's process and starts no device env). The device env's
+#: phases are those of what every task's device env goes through (the factories' shared builder, the base class's
+#: reset), so that a run of any task with a device env records them.
 PHASES: tuple[Phase, ...] = (
     Phase("env_physics_built", "unisim.backend.mjwarp.backend", "MjwarpBackend.__init__", detail="kernel_build"),
-    Phase("device_env_built", "flashsac_runtime.envs", "make_g1_walk_device_env"),
-    Phase("device_env_reset", "flashsac_runtime.envs.g1_walk", "G1WalkDeviceEnv.reset"),
+    Phase("device_env_built", "flashsac_runtime.envs", "_make_device_env"),
+    Phase("device_env_reset", "flashsac_runtime.envs.base", "DeviceEnvBase.reset"),
     Phase("learner_constructed", "uni_rl.algos.flash_sac.learner", "FlashSACLearner.__init__"),
     Phase("replay_pipeline_ready", "uni_rl.ipc.replay_pipelines.gpu_resident", "GPUResidentReplayPipeline.__init__",
           detail="transfer_manifest"),
