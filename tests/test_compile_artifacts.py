@@ -49,6 +49,17 @@ def test_a_host_without_cuda_builds_nothing_and_says_so(tmp_path: Path) -> None:
     assert not dest.exists()
 
 
+def test_the_collector_is_one_of_the_trainers(tmp_path: Path) -> None:
+    dest = tmp_path / "artifacts"
+    accepted = make("compile-artifacts", f"COMPILE_ARTIFACTS={dest}", "COMPILE_TASK=go2_joystick_flat/mjwarp",
+                    "COMPILE_COLLECTOR=device")
+    assert "this host has no CUDA device for torch" in accepted.stderr, accepted.stderr
+    # control: a collector the trainer does not have is refused before anything runs
+    refused = make("compile-artifacts", f"COMPILE_ARTIFACTS={dest}", "COMPILE_COLLECTOR=sideways")
+    assert refused.returncode != 0 and "invalid choice: 'sideways'" in refused.stderr, refused.stderr
+    assert not dest.exists()
+
+
 def test_the_settings_are_the_benchs() -> None:
     """The report's setting at 2/1/1 and UniLab's defaults, as the bench's table of settings holds them."""
     report = bench_configs.SETTINGS["report"]

@@ -73,9 +73,12 @@ def host_facts(python: Sequence[str], env: Mapping[str, str]) -> dict[str, str] 
 
 
 def build(dest: Path, tree: Path, overlay: Path, python: Sequence[str], env: Mapping[str, str],
-          settings: Sequence[str] = tuple(SETTINGS), task: str = TASK) -> dict[str, Any]:
+          settings: Sequence[str] = tuple(SETTINGS), task: str = TASK, collector: str | None = None) -> dict[str, Any]:
     """Run one training iteration per setting in the applied ``tree`` (compiling before it) with the compile cache
-    folder at ``dest``, and write the record; returns it. Needs a CUDA device (one line otherwise)."""
+    folder at ``dest``, and write the record; returns it. Needs a CUDA device (one line otherwise).
+
+    ``collector``: who steps the env (``training.collector``), where it is not the owner's default: the learner
+    warms up on the layouts of its collector, so a task owner trained with either builds the artifacts of each."""
     facts = host_facts(python, env)
     if facts is None:
         raise OfflineError("the compile artifacts are built on a GPU host: this host has no CUDA device for torch")
@@ -90,7 +93,8 @@ def build(dest: Path, tree: Path, overlay: Path, python: Sequence[str], env: Map
                    os.pathsep)}
     for setting in settings:
         print(f"[compile-artifacts] {setting}: one iteration of {task}, every compile before it", flush=True)
-        proc = subprocess.run([*python, "src/unilab/scripts/train_flashsac.py", task, *SETTINGS[setting], *RUN],
+        chosen = (f"training.collector={collector}",) if collector else ()
+        proc = subprocess.run([*python, "src/unilab/scripts/train_flashsac.py", task, *SETTINGS[setting], *chosen, *RUN],
                               cwd=tree, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               check=False)
         if proc.returncode != 0:
@@ -101,7 +105,8 @@ def build(dest: Path, tree: Path, overlay: Path, python: Sequence[str], env: Map
     if len(files) < len(settings):
         raise OfflineError(f"the trainings saved {len(files)} artifact file(s) for {len(settings)} setting(s): "
                            f"was {dest} used by the warm-up?")
-    record = {**facts, "settings": list(settings), "task": task, "files": files}
+    record = {**facts, "settings": list(settings), "task": task, "collector": collector or "the owner's default",
+              "files": files}
     (dest / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return record
 
@@ -166,10 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--unilab-tree", type=Path, help="the applied UniLab tree (default: the embedded tree)")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), help="default: %(default)s")
     parser.add_argument("--task", default=TASK.removeprefix("task="), help="the task owner (default: %(default)s)")
+    parser.add_argument("--collector", choices=("host", "device"),
+                        help="training.collector for the trainings (default: the owner's own)")
     args = parser.parse_args(argv)
     try:
         record = build(args.dest.resolve(), (args.unilab_tree or embedded_tree()).resolve(), OVERLAY_DIR.resolve(),
-                       [sys.executable], os.environ, args.settings, f"task={args.task}")
+                       [sys.executable], os.environ, args.settings, f"task={args.task}", args.collector)
     except OfflineError as exc:
         print(f"compile-artifacts: error: {exc}", file=sys.stderr)
         return 1
