@@ -8,7 +8,7 @@ final observations, qpos, qvel, dones, each row's frame and the adaptive sampler
 bitwise equal, rewards within 1e-6; also with ``sampling_mode=uniform``. Controls that must fail: a root pose range
 wider by 0.01 (the first reset), the tracked bodies' sensors left a substep behind (the first step's rewards). A
 sampling mode without a device form is refused in one line naming it. UniLab's command line trains 3 iterations on
-it with ``training.collector=device``.
+it with ``training.collector=device``, which finds its factory by task and backend (unilab 0009).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ GENERATOR = PROJECT / "scripts" / "offline" / "motion_clip.py"
 SHORT = ("algo.num_envs=16", "algo.batch_size=32", "algo.replay_buffer_n=8", "algo.learning_starts=2",
          "algo.max_iterations=3", "algo.save_interval=0", "training.no_play=true", "training.export_onnx=false",
          "training.logger=no_print")
-FACTORY = "flashsac_runtime.envs:make_g1_motion_tracking_device_env"
 EXACT = ("obs", "critic", "final_obs", "final_critic", "qpos", "qvel", "frames", "bin_failed")
 
 
@@ -49,7 +48,7 @@ def check(tree: Path, overlay: Path, *args: str) -> tuple[int, dict, str]:
 
 def train(tree: Path, overlay: Path, run: Path) -> tuple[subprocess.CompletedProcess, Path]:
     argv = [sys.executable, "src/unilab/scripts/train_flashsac.py", "task=g1_motion_tracking/mjwarp",
-            "training.collector=device", f"+training.device_env_factory={FACTORY}", *SHORT,
+            "training.collector=device", *SHORT,
             f"training.log_dir='{run / 'log'}'"]
     return subprocess.run(argv, cwd=tree, env=child_env(tree, overlay), capture_output=True, text=True,
                           timeout=900, check=False), run
