@@ -126,6 +126,8 @@ def test_every_motion_twin_is_its_unilab_term_on_the_same_state(runs: SideBySide
     assert len(names) == 35 and {"critic/body_ori", "motion_body_ori", "joint_limit"} <= set(names), sorted(names)
     for term in ("time_out", "motion_clip_end", "anchor_pos", "anchor_ori", "ee_body_pos"):  # each one ends episodes
         assert names[term]["true_count"] >= 1, names[term]
+    for term in ("undesired_contacts", "joint_limit"):  # penalties that are zero while the robot stands: they count
+        assert names[term]["true_count"] >= 1, names[term]
     assert result["done_rows"] >= 32, result["done_rows"]
     for term in ("critic/motion_anchor_pos_b", "critic/body_pos", "critic/body_ori", "motion_body_pos"):
         assert names[term]["bitwise"], names[term]  # the relative state: Numba's kernel and the torch form agree

@@ -65,7 +65,7 @@ class TermComparison:
     def __init__(self, kind: str, name: str) -> None:
         self.kind, self.name = kind, name
         self.bitwise, self.max_abs, self.max_rel, self.first_failure = True, 0.0, 0.0, None
-        self.true_count = 0  # a boolean term's true values in UniLab's outputs (a termination that fired)
+        self.true_count = 0  # UniLab's nonzero outputs (a termination that fired, a contact count that counted)
 
     def compare(self, step: int, reference: np.ndarray, twin: torch.Tensor) -> None:
         ref = torch.as_tensor(np.asarray(reference))
@@ -81,6 +81,7 @@ class TermComparison:
             if not same and self.first_failure is None:
                 self.first_failure = step
             return
+        self.true_count += int((ref != 0).sum())
         diff = (ref.double() - got.double()).abs()
         rel = diff / ref.double().abs().clamp_min(1.0)
         self.bitwise &= bool((diff == 0).all())
