@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from flashsac_runtime.envs.rotation import quat_apply_inverse, quat_mul
@@ -218,7 +219,7 @@ def _bodies(m: MotionReference, values: torch.Tensor, body_names: Sequence[str] 
 def _body_exp(error: torch.Tensor, std: float) -> torch.Tensor:
     """The body rewards' Numba kernels: the bodies' errors summed in float64, over ``-(bodies * std * std)`` with
     the float32 std, ``exp`` in float64, stored as float32."""
-    std32 = float(torch.tensor(std, dtype=F32))
+    std32 = float(np.float32(std))
     total = error[:, 0].double()
     for body in range(1, error.shape[1]):
         total = total + error[:, body].double()
