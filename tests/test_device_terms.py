@@ -13,8 +13,8 @@ synthetic clip of ``scripts/offline/motion_clip.py``), its twins reading the mot
 holds it and their own relative state, derived where UniLab derives its (32 envs, 60 steps of 0.6 s episodes: each
 of its terminations ends episodes, the clip's end among them). Terminations must be equal, observations and
 rewards within 1e-6 of the NumPy value's magnitude (at least 1), observations and terminations bitwise; every twin
-of ``terms._unilab_terms`` is one that a task's config uses. Go2's tilt termination is also compared with its limit lowered to 0.1 rad, so that it
-fires and rows reset through it. Controls: a twin given a parameter scaled by 1.001 (G1's ``tracking_lin_vel``
+of ``terms._unilab_terms`` is one that a task's config uses. Go2's tilt termination is also compared with its
+limit lowered to 0.1 rad, so that it fires and rows reset through it. Controls: a twin given a parameter scaled by 1.001 (G1's ``tracking_lin_vel``
 ``tracking_sigma``, Go2's ``tracking_lin_vel`` ``std``, motion tracking's ``motion_body_pos`` ``std``) fails that
 term, and only it. A binding refuses the first of two terms without a twin in one line.
 

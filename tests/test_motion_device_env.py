@@ -7,7 +7,9 @@ terminate, time out and reach the clip's end, and reset with adaptive start fram
 final observations, qpos, qvel, dones, each row's frame and the adaptive sampler's failure statistics must be
 bitwise equal, rewards within 1e-6; also with ``sampling_mode=uniform``. Controls that must fail: a root pose range
 wider by 0.01 (the first reset), the tracked bodies' sensors left a substep behind (the first step's rewards). A
-sampling mode without a device form is refused in one line naming it. UniLab's command line trains 3 iterations on
+sampling mode without a device form is refused in one line naming it. As training builds it (its own torch draws,
+draws ahead, the reset only on a step with a done row) its step reads nothing on the host, which a CUDA capture
+forbids (control: a 0-d tensor index in the clip-end termination is found). UniLab's command line trains 3 iterations on
 it with ``training.collector=device``, which finds its factory by task and backend (unilab 0009).
 """
 
@@ -71,6 +73,10 @@ def runs(request: pytest.FixtureRequest, applied_session: tuple[Path, Path],
         "test_stale_body_sensors_are_reported": lambda: check(tree, overlay, "--steps", "5", "--skip-body-refresh"),
         "test_a_sampling_mode_without_a_device_form_is_one_line": lambda: check(
             tree, overlay, "--steps", "1", "env.commands.motion.params.sampling_mode=mixed"),
+        "test_the_training_step_reads_nothing_on_the_host": lambda: check(tree, overlay, "--host-reads",
+                                                                          "--steps", "40"),
+        "test_a_0d_tensor_index_is_a_host_read": lambda: check(tree, overlay, "--host-reads", "--steps", "3",
+                                                               "--broken-index"),
         "test_unilabs_command_line_trains_on_it": lambda: train(tree, overlay, base / "run"),
     })
     yield started
@@ -116,6 +122,17 @@ def test_a_sampling_mode_without_a_device_form_is_one_line(runs: SideBySide, req
     last = err.strip().splitlines()[-1]
     assert rc == 2 and last == ("motion_device_env_check: the device env has no device form of motion "
                                 "sampling_mode 'mixed'"), err[-3000:]
+
+
+def test_the_training_step_reads_nothing_on_the_host(runs: SideBySide, request: pytest.FixtureRequest) -> None:
+    rc, result, err = runs.result(request)
+    assert rc == 0 and result["host_reads"] == [] and result["calls"] == 0, (result, err[-3000:])
+    assert result["describe"]["draws_ahead"] == "true" and result["describe"]["reset"] == "when_done", result
+
+
+def test_a_0d_tensor_index_is_a_host_read(runs: SideBySide, request: pytest.FixtureRequest) -> None:
+    rc, result, err = runs.result(request)
+    assert rc == 1 and result["host_reads"] == ["__getitem__ with a 0-d tensor index"], (result, err[-3000:])
 
 
 def test_unilabs_command_line_trains_on_it(runs: SideBySide, request: pytest.FixtureRequest) -> None:

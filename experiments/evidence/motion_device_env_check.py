@@ -13,6 +13,11 @@ failure statistics.
 pose range by 0.01 on both ends (its resets' root states, then the physics, must differ); ``--skip-body-refresh``
 leaves the tracked bodies' sensors a substep behind (the rewards must differ).
 
+``--host-reads``: instead, the device env as training builds it (its own torch draws, draws ahead, the reset only
+on a step with a done row) steps ``--steps`` times after a warm-up step under a torch function mode that records
+every host read a CUDA capture forbids (``device_env_counts.HostReads``); none may occur. ``--broken-index``
+(its control) reads the clip's end through a 0-d tensor index in the clip-end termination.
+
 Prints one JSON line: the largest difference per quantity, the first step each exceeded its limit, the counts of
 terminations, time-outs and clip ends, and ``equal``. Exit 0 when equal, 1 when not, 2 when the device env refuses
 the config (its one line on stderr).
@@ -30,7 +35,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_env_build import step_under  # noqa: E402
 from device_env_compare import REWARD_ATOL, max_abs, record_step_outputs  # noqa: E402
+from device_env_counts import HostReads  # noqa: E402
 
 TASK = "g1_motion_tracking/mjwarp"
 
@@ -53,6 +60,35 @@ def build(num_envs: int, seed: int, extra: tuple[str, ...]) -> tuple[Any, Any]:
     return ref, dev
 
 
+def host_reads(num_envs: int, seed: int, steps: int, extra: tuple[str, ...], broken_index: bool) -> dict[str, Any]:
+    """The host reads of the training form's steps (none may occur), with the control's broken index if asked."""
+    from hydra import compose, initialize_config_dir
+
+    from flashsac_runtime.envs import make_g1_motion_tracking_device_env
+    from flashsac_runtime.envs.terms import motion_tracking
+    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
+
+    with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"task={TASK}", f"algo.num_envs={num_envs}",
+                                                        f"algo.seed={seed}", *extra])
+    override = build_offpolicy_env_cfg_override("flashsac", cfg)
+    dev = make_g1_motion_tracking_device_env(num_envs, torch.device("cpu"), seed, env_cfg_override=override,
+                                             graph=False)
+    if broken_index:
+        def clip_end(s: Any, command_name: str) -> torch.Tensor:
+            del command_name
+            m = s.motion
+            return m.time_steps >= m.clip_end_frames[m.time_steps.argmax()]  # a 0-d tensor index: a host read
+
+        dev._terminations = [(clip_end if twin is motion_tracking.motion_clip_end else twin, params, time_out)  # noqa: SLF001
+                             for twin, params, time_out in dev._terminations]  # noqa: SLF001
+    mode = HostReads()
+    step_under(dev, mode, steps)
+    found = sorted(set(mode.found))
+    return {"task": TASK, "mode": "host-reads", "steps": steps, "describe": dev.describe(), "host_reads": found,
+            "calls": len(mode.found), "equal": not found}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, default=16)
@@ -62,9 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episode-seconds", type=float, default=0.6)
     parser.add_argument("--perturb-pose", action="store_true")
     parser.add_argument("--skip-body-refresh", action="store_true")
+    parser.add_argument("--host-reads", action="store_true")
+    parser.add_argument("--broken-index", action="store_true", help="--host-reads: the negative control")
     parser.add_argument("override", nargs="*", help="further Hydra overrides")
     args = parser.parse_args(argv)
     extra = (f"env.max_episode_seconds={args.episode_seconds}", *args.override)
+    if args.host_reads:
+        result = host_reads(args.num_envs, args.seed, args.steps, extra, args.broken_index)
+        print(json.dumps(result))
+        return 0 if result["equal"] else 1
     try:
         ref, dev = build(args.num_envs, args.seed, extra)
     except ValueError as exc:  # a term, event or command without a device form: the env's one line
@@ -111,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         record(t, "qvel", max_abs(got["qvel"], dev.sim.qvel))
         record(t, "reward", max_abs(state.reward, out.reward), REWARD_ATOL)
         compare_command(t)
-        mismatch = int((state.terminated != out.terminated.numpy()).sum() + (state.truncated != out.truncated.numpy()).sum())
+        mismatch = int((state.terminated != out.terminated.numpy()).sum()
+                       + (state.truncated != out.truncated.numpy()).sum())
         counts["done_mismatches"] += mismatch
         if mismatch and "dones" not in first:
             first["dones"] = t

@@ -118,10 +118,13 @@ class MotionTrackingDeviceEnv(DeviceEnvBase):
 
     def _refuse_others(self, env: Any) -> None:
         """One line for each part of the config without a device form here."""
-        if getattr(env, "curriculum_manager", None) is not None and getattr(env.curriculum_manager, "_term_cfgs", []):
-            raise ValueError(f"the device env has no device form of curriculum terms "
-                             f"{list(env.curriculum_manager._term_names)}; use training.collector=host for this task")  # noqa: SLF001
-        events = [f"{mode}/{name}" for mode, names in env.event_manager._mode_term_names.items() for name in names]  # noqa: SLF001
+        curriculum = getattr(env, "curriculum_manager", None)
+        if curriculum is not None and getattr(curriculum, "_term_cfgs", []):
+            names = list(curriculum._term_names)  # noqa: SLF001
+            raise ValueError(f"the device env has no device form of curriculum terms {names}; "
+                             "use training.collector=host for this task")
+        modes = env.event_manager._mode_term_names  # noqa: SLF001
+        events = [f"{mode}/{name}" for mode, names in modes.items() for name in names]
         if events:
             raise ValueError(f"the device env has no device form of event terms {events}; "
                              "use training.collector=host for this task")
