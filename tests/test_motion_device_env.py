@@ -2,7 +2,7 @@
 
 ``experiments/evidence/motion_device_env_check.py`` steps it beside UniLab's own motion tracking env on MuJoCo Warp
 (``task=g1_motion_tracking/mjwarp``, the synthetic clip of ``scripts/offline/motion_clip.py``), both from the same
-seed, the device env fed UniLab's NumPy draws: 16 envs, 150 steps of seeded random actions, 0.6 s episodes (rows
+seed, the device env fed UniLab's NumPy draws: 16 envs, 100 steps of seeded random actions, 0.6 s episodes (rows
 terminate, time out and reach the clip's end, and reset with adaptive start frames). Observations of both groups,
 final observations, qpos, qvel, dones, each row's frame and the adaptive sampler's failure statistics must be
 bitwise equal, rewards within 1e-6; also with ``sampling_mode=uniform``. Controls that must fail: a root pose range
@@ -66,7 +66,7 @@ def runs(request: pytest.FixtureRequest, applied_session: tuple[Path, Path],
                           timeout=300, check=False)
     assert clip.returncode == 0 and "synthetic G1 motion clip written" in clip.stdout, clip.stderr
     started = SideBySide(request).start({
-        "test_the_device_env_steps_unilabs_motion_tracking_trajectory": lambda: check(tree, overlay, "--steps", "150"),
+        "test_the_device_env_steps_unilabs_motion_tracking_trajectory": lambda: check(tree, overlay, "--steps", "100"),
         "test_uniform_start_frames_hold_too": lambda: check(
             tree, overlay, "--steps", "40", "env.commands.motion.params.sampling_mode=uniform"),
         "test_a_wider_root_pose_range_is_reported": lambda: check(tree, overlay, "--steps", "5", "--perturb-pose"),
@@ -96,7 +96,7 @@ def test_the_device_env_steps_unilabs_motion_tracking_trajectory(runs: SideBySid
     rc, result, err = runs.result(request)
     holds(rc, result, err)
     counts = result["counts"]
-    assert counts["terminated"] >= 48 and counts["truncated"] >= 16 and counts["clip_ends"] >= 1, counts
+    assert counts["terminated"] >= 48 and counts["truncated"] >= 8 and counts["clip_ends"] >= 1, counts
 
 
 def test_uniform_start_frames_hold_too(runs: SideBySide, request: pytest.FixtureRequest) -> None:
