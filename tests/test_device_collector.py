@@ -229,7 +229,8 @@ def test_a_task_without_a_device_env_is_refused_in_one_line(ran: tuple[subproces
     proc, logs = ran
     assert proc.returncode != 0
     expected = ("ValueError: training.collector=device: task G1WalkFlat on backend mujoco has no device env "
-                "factory (known: G1WalkFlat/mjwarp, Go2JoystickFlat/mjwarp); use training.collector=host")
+                "factory (known: G1WalkFlat/mjwarp, Go2JoystickFlat/mjwarp, G1MotionTrackingSAC/mjwarp); "
+                "use training.collector=host")
     assert expected in proc.stderr.splitlines(), proc.stderr[-3000:]
     assert not (logs / "model_12.pt").exists()
 

@@ -25,7 +25,8 @@ LEARNER_DEFAULTS = {"compile_full_objectives": True, "finite_guard": True, "defe
 #: The one owner whose default collector is the device-resident one.
 DEVICE_OWNER = "g1_walk_flat/mjwarp"
 #: Owners whose device env runs when training.collector=device asks for it (the host collector is their default).
-DEVICE_ENV_ON_REQUEST = {"go2_joystick_flat/mjwarp": "flashsac_runtime.envs:make_go2_joystick_device_env"}
+DEVICE_ENV_ON_REQUEST = {"go2_joystick_flat/mjwarp": "flashsac_runtime.envs:make_go2_joystick_device_env",
+                         "g1_motion_tracking/mjwarp": "flashsac_runtime.envs:make_g1_motion_tracking_device_env"}
 
 READ = """
 import json, sys

@@ -13,6 +13,10 @@ Run from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``tests/te
   arrays UniLab's terms read there (the backend's qpos, qvel and sensordata, the tracked-body sensors of the root
   body among them). The Go2 meshes are the test assets' (``base_4.obj`` is a placeholder of a visual-only geom, so
   the physics are the real model's).
+- ``g1_motion_tracking/mujoco``: G1 motion tracking on CPU MuJoCo the same way, with the motion command's state
+  (``device_terms_motion.py``: the reference copied from UniLab's command, the relative state the twins' own,
+  derived where UniLab derives its). The tree needs a motion clip (``scripts/offline/motion_clip.py`` writes the
+  synthetic one).
 
 The UniLab env then steps itself (``env.step``, its own NumPy draws and autoreset) with seeded uniform actions for
 ``--steps`` steps of ``--episode-seconds`` episodes (terminations, time-outs and resets within the run). Inside each
@@ -26,8 +30,8 @@ not a changed term). Also the twins of ``terms._unilab_terms`` the config does n
 
 ``--perturb TERM:PARAM`` scales that term's parameter by 1.001 on the twin's side: the negative control, which must
 fail that term and only it. Every run also binds two reward terms without a twin after the task's own (G1: into the
-device env's reward binding; Go2: through ``twin_of``, in the config's order): the refusal must be one line naming
-the first (``refusal``).
+device env's reward binding; Go2 and motion tracking: through ``twin_of``, in the config's order): the refusal
+must be one line naming the first (``refusal``).
 
 Prints one JSON; exit 0 when every term holds, 1 when one does not.
 """
@@ -46,7 +50,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_env_build import compose_cfg  # noqa: E402
 
-TASKS = ("g1_walk_flat/mjwarp", "go2_joystick_flat/mujoco")
+TASKS = ("g1_walk_flat/mjwarp", "go2_joystick_flat/mujoco", "g1_motion_tracking/mujoco")
 
 #: Largest difference allowed between a float term's twin and UniLab's term, relative to the NumPy value's magnitude
 #: (at least 1): float32 rounding (UniLab computes in float32; ulp of 1 is 1.2e-7), never a changed parameter (the
@@ -61,7 +65,7 @@ class TermComparison:
     def __init__(self, kind: str, name: str) -> None:
         self.kind, self.name = kind, name
         self.bitwise, self.max_abs, self.max_rel, self.first_failure = True, 0.0, 0.0, None
-        self.true_count = 0  # a boolean term's true values in UniLab's outputs (a termination that fired)
+        self.true_count = 0  # UniLab's nonzero outputs (a termination that fired, a contact count that counted)
 
     def compare(self, step: int, reference: np.ndarray, twin: torch.Tensor) -> None:
         ref = torch.as_tensor(np.asarray(reference))
@@ -77,6 +81,7 @@ class TermComparison:
             if not same and self.first_failure is None:
                 self.first_failure = step
             return
+        self.true_count += int((ref != 0).sum())
         diff = (ref.double() - got.double()).abs()
         rel = diff / ref.double().abs().clamp_min(1.0)
         self.bitwise &= bool((diff == 0).all())
@@ -197,45 +202,60 @@ class HostPhysics:
         return self.sensordata[:, start:start + dim]
 
 
+def host_env(args: argparse.Namespace) -> Any:
+    """UniLab's env of ``args.task`` on its owner's backend (composed as the training command line does)."""
+    from hydra import compose, initialize_config_dir
+    from unilab.base.env_factory import make_registry_env
+    from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
+
+    with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            f"task={args.task}", f"algo.num_envs={args.num_envs}", f"algo.seed={args.seed}",
+            f"env.max_episode_seconds={args.episode_seconds}", *args.override])
+    override = build_offpolicy_env_cfg_override("flashsac", cfg)
+    np.random.seed(args.seed)  # the collector's apply_training_seed
+    env = make_registry_env(str(cfg.training.task_name), str(cfg.training.sim_backend), args.num_envs,
+                            {**(override or {}), "seed": args.seed})
+    env.init_state()
+    return env
+
+
+def host_state(env: Any, **extra: Any) -> Any:
+    """A ``DeviceEnvState`` on ``HostPhysics`` of a CPU MuJoCo env: its joint columns, defaults, root body and
+    buffers shaped as the env's (the command as wide as its command term's); ``extra`` sets the other fields."""
+    import mujoco
+    from flashsac_runtime.envs import terms as T
+
+    backend = env._backend  # noqa: SLF001
+    data = env.scene["robot"].data
+    root_q, root_v = int(backend._root_qpos_dim), int(backend._root_qvel_dim)  # noqa: SLF001
+    joint_q = np.arange(backend._num_dof_pos)[data._joint_pos_index] + root_q  # noqa: SLF001
+    joint_v = np.arange(backend._num_dof_vel)[data._joint_vel_index] + root_v  # noqa: SLF001
+    root_body = mujoco.mj_id2name(backend._model, mujoco.mjtObj.mjOBJ_BODY, int(data._root_body_ids[0]))  # noqa: SLF001
+    n, action_dim = int(env.num_envs), int(env.action_manager.action.shape[1])
+    (command,) = env.command_manager.active_terms
+    command_dim = int(np.asarray(env.command_manager.get_command(command)).shape[1])
+    return T.DeviceEnvState(
+        sim=HostPhysics(backend),
+        joint_qpos_cols=torch.as_tensor(joint_q), joint_qvel_cols=torch.as_tensor(joint_v),
+        root_qpos_cols=torch.arange(root_q),
+        default_joint_pos=torch.as_tensor(np.array(data.default_joint_pos)),
+        default_joint_vel=torch.as_tensor(np.array(data.default_joint_vel)),
+        action=torch.zeros((n, action_dim)), prev_action=torch.zeros((n, action_dim)),
+        command=torch.zeros((n, command_dim)), gait_phase=torch.zeros((n, 2)),  # G1's gait phase: read by none
+        episode_length=torch.zeros(n, dtype=torch.int64), max_episode_length=int(env.max_episode_length),
+        root_body=root_body, **extra)
+
+
 class Go2Task:
     """Go2 Joystick Flat: UniLab's env on CPU MuJoCo (the task's one owner), the twins on ``HostPhysics``."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        import mujoco
-        from flashsac_runtime.envs import terms as T
-        from hydra import compose, initialize_config_dir
-        from unilab.base.env_factory import make_registry_env
-        from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
         from unilab.tasks.locomotion.common.manager_terms import _GaitTerm
 
-        with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[
-                f"task={args.task}", f"algo.num_envs={args.num_envs}", f"algo.seed={args.seed}",
-                f"env.max_episode_seconds={args.episode_seconds}", *args.override])
-        override = build_offpolicy_env_cfg_override("flashsac", cfg)
-        np.random.seed(args.seed)  # the collector's apply_training_seed
-        env = make_registry_env(str(cfg.training.task_name), str(cfg.training.sim_backend), args.num_envs,
-                                {**(override or {}), "seed": args.seed})
-        env.init_state()
-        self.env = env
-        backend = env._backend  # noqa: SLF001
-        data = env.scene["robot"].data
-        root_q, root_v = int(backend._root_qpos_dim), int(backend._root_qvel_dim)  # noqa: SLF001
-        joint_q = np.arange(backend._num_dof_pos)[data._joint_pos_index] + root_q  # noqa: SLF001
-        joint_v = np.arange(backend._num_dof_vel)[data._joint_vel_index] + root_v  # noqa: SLF001
-        root_body = mujoco.mj_id2name(backend._model, mujoco.mjtObj.mjOBJ_BODY, int(data._root_body_ids[0]))  # noqa: SLF001
-        n = int(env.num_envs)
-        self.action_dim = int(env.action_manager.action.shape[1])
-        self.state = T.DeviceEnvState(
-            sim=HostPhysics(backend),
-            joint_qpos_cols=torch.as_tensor(joint_q), joint_qvel_cols=torch.as_tensor(joint_v),
-            root_qpos_cols=torch.arange(root_q),
-            default_joint_pos=torch.as_tensor(np.array(data.default_joint_pos)),
-            default_joint_vel=torch.as_tensor(np.array(data.default_joint_vel)),
-            action=torch.zeros((n, self.action_dim)), prev_action=torch.zeros((n, self.action_dim)),
-            command=torch.zeros((n, 3)), gait_phase=torch.zeros((n, 2)),  # G1's gait phase: no Go2 term reads it
-            episode_length=torch.zeros(n, dtype=torch.int64), max_episode_length=int(env.max_episode_length),
-            root_body=root_body, quadruped_phase=torch.zeros(n))
+        self.env = env = host_env(args)
+        self.state = host_state(env, quadruped_phase=torch.zeros(int(env.num_envs)))
+        self.action_dim = int(self.state.action.shape[1])
         # UniLab's gait terms (the phase observation of each group, the foot-phase rewards) each keep the phase;
         # the twins read one (``DeviceEnvState.quadruped_phase``), so the check records that they agree.
         self._gait_terms = [func for _, _, func, _ in config_terms(env) if isinstance(func, _GaitTerm)]
@@ -293,7 +313,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from flashsac_runtime.envs import terms as T
 
-    task = G1Task(args) if args.task == "g1_walk_flat/mjwarp" else Go2Task(args)
+    if args.task == "g1_motion_tracking/mujoco":
+        from device_terms_motion import MotionTask  # the motion command's state, copied into the twins' state
+
+        task: Any = MotionTask(args)
+    else:
+        task = G1Task(args) if args.task == "g1_walk_flat/mjwarp" else Go2Task(args)
     env = task.env
     terms = bound_terms(env, torch.device("cpu"))
     if args.perturb:

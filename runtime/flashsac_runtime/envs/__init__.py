@@ -5,8 +5,10 @@ point names it for ``training.collector=device``): it builds the task's UniLab e
 exactly as the host collector would, from the same env override, and wraps it in ``G1WalkDeviceEnv``.
 
 ``make_go2_joystick_device_env`` is Go2 Joystick Flat's (``task=go2_joystick_flat/mjwarp``, named by
-``training.device_env_factory=flashsac_runtime.envs:make_go2_joystick_device_env``). Both wrap ``DeviceEnvBase``
-(``base.py``) with the task's own parts (``g1_walk.py``, ``go2_joystick.py``).
+``training.device_env_factory=flashsac_runtime.envs:make_go2_joystick_device_env``), and
+``make_g1_motion_tracking_device_env`` G1 motion tracking's (``task=g1_motion_tracking/mjwarp``). Each wraps
+``DeviceEnvBase`` (``base.py``) with the task's own parts (``g1_walk.py``, ``go2_joystick.py``,
+``g1_motion_tracking.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 
 from flashsac_runtime.envs.base import DeviceEnvBase
 from flashsac_runtime.envs.draws import NumpyDraws, TorchDraws
+from flashsac_runtime.envs.g1_motion_tracking import MotionTrackingDeviceEnv
 from flashsac_runtime.envs.g1_walk import G1WalkDeviceEnv
 from flashsac_runtime.envs.go2_joystick import Go2JoystickDeviceEnv
 
@@ -63,6 +66,22 @@ def make_go2_joystick_device_env(num_envs: int, device: torch.device, seed: int,
                             reset_only_when_done=reset_only_when_done, step_split=step_split)
 
 
+def make_g1_motion_tracking_device_env(num_envs: int, device: torch.device, seed: int, *,
+                                       env_cfg_override: dict[str, Any] | None = None,
+                                       numpy_draws: bool = False, graph: bool = True,
+                                       own_stream: bool = True, sensors_every_substep: bool = False,
+                                       draws_ahead: bool = True, reset_only_when_done: bool = True,
+                                       step_split: bool = True) -> MotionTrackingDeviceEnv:
+    """The G1 motion tracking device env (``task=g1_motion_tracking/mjwarp``), in the forms of
+    ``make_g1_walk_device_env``; its terms read position and velocity sensors only, so the last substep leaves the
+    acceleration stage out."""
+    return _make_device_env(MotionTrackingDeviceEnv, "G1MotionTrackingSAC", num_envs, device, seed,
+                            env_cfg_override=env_cfg_override, numpy_draws=numpy_draws, graph=graph,
+                            own_stream=own_stream, sensors_every_substep=sensors_every_substep,
+                            acceleration_sensors=False, draws_ahead=draws_ahead,
+                            reset_only_when_done=reset_only_when_done, step_split=step_split)
+
+
 def _make_device_env(cls: type[DeviceEnvBase], task_name: str, num_envs: int, device: torch.device, seed: int, *,
                      env_cfg_override: dict[str, Any] | None, numpy_draws: bool, graph: bool, own_stream: bool,
                      sensors_every_substep: bool, acceleration_sensors: bool, draws_ahead: bool,
@@ -84,5 +103,5 @@ def _make_device_env(cls: type[DeviceEnvBase], task_name: str, num_envs: int, de
                            reset_only_when_done=reset_only_when_done, step_split=step_split)
 
 
-__all__ = ["DeviceEnvBase", "G1WalkDeviceEnv", "Go2JoystickDeviceEnv", "make_g1_walk_device_env",
-           "make_go2_joystick_device_env"]
+__all__ = ["DeviceEnvBase", "G1WalkDeviceEnv", "Go2JoystickDeviceEnv", "MotionTrackingDeviceEnv",
+           "make_g1_motion_tracking_device_env", "make_g1_walk_device_env", "make_go2_joystick_device_env"]

@@ -7,7 +7,8 @@ both observation groups with their noise (every term through its torch twin, ``t
 lengths and time-outs, the step's outputs (``DeviceStep``), the CUDA graph of the step and the draws taken a step
 ahead. A task module adds what is the task's own (``G1WalkDeviceEnv``: its velocity command, gait phase, penalty
 curriculum and reset events; ``Go2JoystickDeviceEnv``: its uniform velocity command, quadruped gait phase, reset
-events with the model randomization, interval push) through the hooks below; a term or event without a device
+events with the model randomization, interval push; ``MotionTrackingDeviceEnv``: G1's motion command, its action
+with the reset's joint bias) through the hooks below; a term or event without a device
 form is refused in one line naming it when the env is built.
 
 The step follows UniLab 1.3.2's order exactly (``NpEnv.step`` -> ``ManagerBasedRlEnv.update_state`` -> autoreset
@@ -70,7 +71,7 @@ class _StepDraws:
     """Every draw of a step, taken ahead in the step's order: the time-out command resampling, the observation
     noise, the reset, the reset rows' observation noise; ``events``: the task's step events drawn before the
     command (Go2's interval push; None where a task has none)."""
-    command: _CommandDraw
+    command: _CommandDraw | None  # None: the task's command draws nothing in a step
     noise: list[torch.Tensor | None]
     reset: Any
     reset_noise: list[torch.Tensor | None]
@@ -142,6 +143,8 @@ class DeviceEnvBase:
 
     #: The name in the env's one-line messages.
     name = "DeviceEnv"
+    #: The action term class the env's control reads (UniLab's joint-position action, or a task's form of it).
+    action_class = "JointPositionAction"
 
     def __init__(self, host_env: Any, draws: Draws, *, graph: bool = True, own_stream: bool = True,
                  sensors_every_substep: bool = False, acceleration_sensors: bool = True, draws_ahead: bool = True,
@@ -174,8 +177,8 @@ class DeviceEnvBase:
         n = self.num_envs
 
         action = host_env.action_manager.get_term("joint_pos")
-        if action._clip is not None or type(action).__name__ != "JointPositionAction":  # noqa: SLF001
-            raise ValueError("the device env supports one unclipped JointPositionAction term")
+        if action._clip is not None or type(action).__name__ != self.action_class:  # noqa: SLF001
+            raise ValueError(f"the device env supports one unclipped {self.action_class} term")
         self._action_scale = float(action._scale)  # noqa: SLF001
         self._action_offset = _tensor(action._offset, dev)  # noqa: SLF001
         self._ctrl_cols = torch.as_tensor(
@@ -348,6 +351,33 @@ class DeviceEnvBase:
     def _after_substeps(self) -> None:
         """The task's work right after the physics substeps (sensors its terms read from the final state)."""
 
+    def _joint_targets(self) -> torch.Tensor:
+        """The actuators' position targets from this step's action (``JointPositionAction``: scale, then offset)."""
+        return self.state.action * self._action_scale + self._action_offset
+
+    # --- the tracked-body sensors (the bodies a task's terms read in the world frame) ------------------------
+
+    def _bind_tracked_sensors(self, bodies: list[str]) -> None:
+        """The ``sensordata`` columns of ``bodies``' world-frame tracked-body sensors (``track_*_w_<body>``)."""
+        spans = [self.sim.sensor_slots[f"{prefix}_{body}"] for body in bodies
+                 for prefix in ("track_pos_w", "track_quat_w", "track_linvel_w", "track_angvel_w")]
+        cols = torch.cat([torch.arange(start, start + dim) for start, dim in spans])
+        self._tracked_sensor_cols = cols.to(self.device)
+
+    def _refresh_tracked_sensors(self) -> None:
+        """The tracked bodies' sensors from the final qpos/qvel (the backend refreshes them so before a term reads
+        them; the physics step leaves them a substep behind); the other sensors kept from the substep."""
+        sim = self.sim
+        kept = sim.sensordata.clone()
+        mjw, model, data = sim._mjw, sim._model, sim._data  # noqa: SLF001
+        mjw.kinematics(model, data)
+        mjw.com_pos(model, data)
+        mjw.com_vel(model, data)
+        mjw.sensor_pos(model, data)
+        mjw.sensor_vel(model, data)
+        kept[:, self._tracked_sensor_cols] = sim.sensordata[:, self._tracked_sensor_cols]
+        sim.sensordata.copy_(kept)
+
     def _advance_phase(self) -> None:
         """The task's per-step phase (a gait clock), after the terminations and before the rewards."""
 
@@ -490,7 +520,7 @@ class DeviceEnvBase:
             stamps.start()
         s.prev_action.copy_(s.action)
         s.action.copy_(self._action_in)
-        self.sim.ctrl[:, self._ctrl_cols] = s.action * self._action_scale + self._action_offset
+        self.sim.ctrl[:, self._ctrl_cols] = self._joint_targets()
         self.sim.step(self.substeps)
         self._after_substeps()
         if stamps is not None:

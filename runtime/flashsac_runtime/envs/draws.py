@@ -1,7 +1,7 @@
 """Random draws of the device env, from one of two sources with one call sequence.
 
 UniLab 1.3.2's NumPy env draws every random number from one ``numpy.random.Generator`` (``env.rng``): reset
-states, pd gains, commands, gait phases and observation noise, each call sized by the rows it serves. The device
+states, pd gains, commands, gait phases, motion frames and observation noise, each call sized by the rows it serves. The device
 env makes the same calls, in the same order, through a draw source:
 
 - ``TorchDraws`` (training): every call draws for all ``N`` rows on the device with a torch generator and the
@@ -30,6 +30,11 @@ class Draws(Protocol):
 
     def random_f32(self, rows: torch.Tensor, width: int) -> torch.Tensor:
         """float32 ``U[0, 1)`` of shape ``(N, width)`` (NumPy's ``Generator.random(dtype=float32)``)."""
+        ...
+
+    def integers(self, high: int, rows: torch.Tensor) -> torch.Tensor:
+        """int32 uniform integers in ``[0, high)`` of shape ``(N,)`` (NumPy's ``Generator.integers(0, high,
+        dtype=int32)``)."""
         ...
 
 
@@ -68,6 +73,10 @@ class TorchDraws:
         del rows
         return torch.rand((self._n, width), dtype=torch.float32, device=self._device, generator=self.generator)
 
+    def integers(self, high: int, rows: torch.Tensor) -> torch.Tensor:
+        del rows
+        return torch.randint(0, high, (self._n,), dtype=torch.int32, device=self._device, generator=self.generator)
+
 
 class NumpyDraws:
     """UniLab's own NumPy draws, row-sized like the NumPy env's calls, scattered into the masked rows.
@@ -96,3 +105,7 @@ class NumpyDraws:
     def random_f32(self, rows: torch.Tensor, width: int) -> torch.Tensor:
         count = int(rows.sum().item())
         return self._scatter(self.rng.random((count, width), dtype=np.float32), rows, np.float32)
+
+    def integers(self, high: int, rows: torch.Tensor) -> torch.Tensor:
+        count = int(rows.sum().item())
+        return self._scatter(self.rng.integers(0, high, count, dtype=np.int32), rows, np.int32)

@@ -81,7 +81,7 @@ class Go2JoystickDeviceEnv(DeviceEnvBase):
         self._bind_command(env)
         self._bind_gait(env)
         self._bind_events(env)
-        self._bind_root_sensors()
+        self._bind_tracked_sensors([self.state.root_body])
 
     # --- binding (cold path) ------------------------------------------------------------------------------
 
@@ -208,27 +208,9 @@ class Go2JoystickDeviceEnv(DeviceEnvBase):
             self._push_time_left = self.draws.uniform(*self._push[1], one)[:1].clone()
             self._lin_qvel_cols = self._root_qvel_cols[0:3]
 
-    def _bind_root_sensors(self) -> None:
-        root = self.state.root_body
-        spans = [self.sim.sensor_slots[f"{prefix}_{root}"]
-                 for prefix in ("track_pos_w", "track_quat_w", "track_linvel_w", "track_angvel_w")]
-        cols = torch.cat([torch.arange(start, start + dim) for start, dim in spans])
-        self._root_sensor_cols = cols.to(self.device)
-
-    # --- the step's parts ---------------------------------------------------------------------------------
-
     def _after_substeps(self) -> None:
         """The root's tracked-body sensors from the final qpos/qvel (the backend's refresh); other sensors kept."""
-        sim = self.sim
-        kept = sim.sensordata.clone()
-        mjw, model, data = sim._mjw, sim._model, sim._data  # noqa: SLF001
-        mjw.kinematics(model, data)
-        mjw.com_pos(model, data)
-        mjw.com_vel(model, data)
-        mjw.sensor_pos(model, data)
-        mjw.sensor_vel(model, data)
-        kept[:, self._root_sensor_cols] = sim.sensordata[:, self._root_sensor_cols]
-        sim.sensordata.copy_(kept)
+        self._refresh_tracked_sensors()
 
     def _advance_phase(self) -> None:
         phase = self.state.quadruped_phase

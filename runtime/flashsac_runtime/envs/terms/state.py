@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from flashsac_runtime.envs.terms.motion_tracking import MotionReference
 
 
 class PhysicsView(Protocol):
@@ -36,7 +39,7 @@ class DeviceEnvState:
     default_joint_vel: torch.Tensor  # (N, J) float32
     action: torch.Tensor            # (N, A) raw policy action of this step
     prev_action: torch.Tensor       # (N, A)
-    command: torch.Tensor           # (N, 3) float32 velocity command (body frame)
+    command: torch.Tensor           # (N, C) float32: a velocity command (body frame, C = 3) or motion's reference
     gait_phase: torch.Tensor        # (N, 2) float32 radians: G1's shared gait phase
     episode_length: torch.Tensor    # (N,) int64 steps of the current episode, this step included
     max_episode_length: int
@@ -50,6 +53,10 @@ class DeviceEnvState:
     # each step by ``step_dt * frequency`` (where the term's command moves) modulo 1. Every gait term of a task reads
     # this one phase, so their frequencies and command gates must agree.
     quadruped_phase: torch.Tensor | None = None
+    # Motion tracking's command state (the reference frame, the robot's tracked bodies, the relative state).
+    motion: MotionReference | None = None
+    # (J, 2) float32: the entity's soft joint position limits, lower and upper (``soft_joint_pos_limits``).
+    soft_joint_pos_limits: torch.Tensor | None = None
 
     def joint_pos(self) -> torch.Tensor:
         return self.sim.qpos[:, self.joint_qpos_cols]
