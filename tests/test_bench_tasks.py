@@ -5,10 +5,10 @@
   (the unpatched 1.3.2 and upstream 1.4.0 references), select the task's own owner on each physics it has, at the
   report's setting (256 envs, 2/1/1) and at the task's own defaults (no overrides: its num_envs and schedule).
   Control: the same plan without `--task` composes G1 Walk Flat, which the check catches.
-- The device collector (`COLLECTOR=device`) for each task with a device env (`BenchTask.device_env`: G1 Walk Flat
-  and Go2 Joystick Flat): the matrix plans it on the task's MuJoCo Warp owner only, and the run's overrides,
+- The device collector (`COLLECTOR=device`) for each task with a device env (`BenchTask.device_env`: G1 Walk Flat,
+  Go2 Joystick Flat and G1 motion tracking): the matrix plans it on the task's MuJoCo Warp owner only, and the run's overrides,
   composed through the patched tree, select `training.collector=device`, and the trainer's own resolver finds the
-  task's device env factory. Control: motion tracking, which has none, gets no device run and is refused. A real
+  task's device env factory. Control: a task marked as having none gets no device run and is refused. A real
   short bench run of Go2's device collector (the single-run script, UniLab's command line, MuJoCo Warp on Warp's
   CPU device, 16 envs, 8 iterations, about 15 s) completes, its trainer's own config names Go2 on MuJoCo Warp, its
   record names the device-resident collector and the device env's form, and its start-up record holds the device
@@ -22,6 +22,8 @@
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import json
 import os
@@ -68,7 +70,8 @@ print(cfg.training.task_name, cfg.training.sim_backend, cfg.training.collector,
 """
 #: task -> the device env factory the trainer resolves for ``task=<task>/mjwarp training.collector=device``.
 DEVICE_FACTORIES = {"g1_walk_flat": "flashsac_runtime.envs:make_g1_walk_device_env",
-                    "go2_joystick_flat": "flashsac_runtime.envs:make_go2_joystick_device_env"}
+                    "go2_joystick_flat": "flashsac_runtime.envs:make_go2_joystick_device_env",
+                    "g1_motion_tracking": "flashsac_runtime.envs:make_g1_motion_tracking_device_env"}
 #: task -> (training.task_name, the task's own num_envs and updates_per_step at unilab-default).
 EXPECTED = {"g1_walk_flat": ("G1WalkFlat", "4096", "8"), "g1_motion_tracking": ("G1MotionTrackingSAC", "2048", "4"),
             "go2_joystick_flat": ("Go2JoystickFlat", "1024", "2")}
@@ -151,17 +154,10 @@ def test_the_device_collector_composes_for_each_task_with_a_device_env(
         composers: dict[str, Callable[..., list[str]]], task: str) -> None:
     """``COLLECTOR=host,device SIM=mujoco,mjwarp``: a task with a device env gets one device run per setting, on its
     MuJoCo Warp owner, whose overrides the trainer resolves to the task's own device env factory; the host runs keep
-    the host collector. Control: motion tracking, without a device env, gets no device run, and the request is
-    refused in one line naming it."""
+    the host collector."""
     sims, collectors = ["mujoco", "mjwarp"], ["host", "device"]
     specs = bench_matrix.plan(["patched-default"], ["report", "unilab-default"], 1, [2], sims, collectors, task)
     device = [spec for spec in specs if spec.collector == "device"]
-    if not bench_configs.TASKS[task].device_env:
-        assert device == [] and task == "g1_motion_tracking"
-        assert bench_matrix.unplannable(["patched-default"], sims, collectors, task) == (
-            f"COLLECTOR=device: task {task} has no device env (training.collector=device): it trains with the host "
-            "collector (COLLECTOR=host)")
-        return
     assert bench_matrix.unplannable(["patched-default"], sims, collectors, task) is None
     assert [(s.setting, s.sim) for s in device] == [("report", "mjwarp"), ("unilab-default", "mjwarp")]
     name = EXPECTED[task][0]
@@ -169,6 +165,19 @@ def test_the_device_collector_composes_for_each_task_with_a_device_env(
         assert composers["resolved"](*run_overrides(spec)) == [name, "mjwarp", "device", DEVICE_FACTORIES[task]]
     host = next(s for s in specs if (s.sim, s.collector) == ("mjwarp", "host"))
     assert composers["resolved"](*run_overrides(host)) == [name, "mjwarp", "host", "None"]
+
+
+def test_a_task_without_a_device_env_gets_no_device_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: the same task marked as having no device env gets no device run, and the request is refused in one
+    line naming it (every task of UniLab 1.3.2 the bench trains now has one)."""
+    task = "g1_motion_tracking"
+    monkeypatch.setitem(bench_configs.TASKS, task, dataclasses.replace(bench_configs.TASKS[task], device_env=False))
+    sims, collectors = ["mujoco", "mjwarp"], ["host", "device"]
+    specs = bench_matrix.plan(["patched-default"], ["report", "unilab-default"], 1, [2], sims, collectors, task)
+    assert [spec for spec in specs if spec.collector == "device"] == []
+    assert bench_matrix.unplannable(["patched-default"], sims, collectors, task) == (
+        f"COLLECTOR=device: task {task} has no device env (training.collector=device): it trains with the host "
+        "collector (COLLECTOR=host)")
 
 
 def test_a_real_cpu_bench_run_of_go2s_device_collector(applied_session: tuple[Path, Path], tmp_path: Path) -> None:
@@ -213,8 +222,8 @@ def test_unknown_task_and_impossible_runs_are_one_line_before_cuda(tmp_path: Pat
     line = _one_line(matrix("--task", "g1_walking"), "bench_matrix")
     assert line.endswith("TASK=g1_walking: unknown task 'g1_walking'; known: g1_walk_flat, g1_motion_tracking, "
                          "go2_joystick_flat")
-    assert "g1_motion_tracking has no device env" in _one_line(
-        matrix("--task", "g1_motion_tracking", "--sims", "mjwarp", "--collectors", "device"), "bench_matrix")
+    assert _one_line(matrix("--task", "g1_motion_tracking", "--sims", "mujoco", "--collectors", "device"),
+                     "bench_matrix").endswith("G1 motion tracking's device env steps mjwarp (SIM=mjwarp), not on mujoco")
     assert _one_line(matrix("--task", "go2_joystick_flat", "--sims", "mujoco", "--collectors", "device"),
                      "bench_matrix").endswith(
         "COLLECTOR=device has no run with SIM=mujoco: the device-resident collector (training.collector=device) runs "

@@ -312,7 +312,7 @@ TASKS: dict[str, BenchTask] = {
     t.name: t
     for t in (
         BenchTask("g1_walk_flat", "G1 Walk Flat", "G1", ("mujoco", "mjwarp"), G1_SCENE, device_env=True),
-        BenchTask("g1_motion_tracking", "G1 motion tracking", "G1", ("mujoco", "mjwarp"), G1_SCENE,
+        BenchTask("g1_motion_tracking", "G1 motion tracking", "G1", ("mujoco", "mjwarp"), G1_SCENE, device_env=True,
                   motion_clip="motions/g1/dance1_subject2_part.npz"),
         BenchTask("go2_joystick_flat", "Go2 joystick flat", "Go2", ("mujoco", "mjwarp"),
                   "src/unilab/assets/robots/go2/scene_flat.xml", device_env=True),
