@@ -13,10 +13,15 @@ order through the env's draw source:
   (``abs`` or ``scale``, uniform), ``randomize_rigid_body_mass`` (``add``/``scale``/``abs``, uniform, ``min_mass``),
   ``randomize_rigid_body_com`` and ``randomize_physics_scene_gravity`` (uniform), written into MuJoCo Warp's
   per-world model rows; mass and centre of mass are followed by MuJoCo Warp's ``set_const``, as the backend's reset
-  does;
+  does: its subtree masses (``set_const_fixed``, which the reset rows' sensors read) in the reset, the whole of it
+  after the reset on every step (``_after_reset``: it allocates, which CUDA refuses inside the reset's conditional
+  node; its other products, the inverse weights and mean inertia, are first read by the next step's solver, and
+  recomputed from unchanged rows it changes nothing);
 - the interval push ``push_by_setting_velocity`` on the global clock: the clock counts down by ``step_dt`` after
   the rewards, and when it runs out the interval is drawn again and every row's root linear velocity gets a
-  world-frame kick, followed by a full forward (the backend's);
+  world-frame kick, followed by the backend's forward: its position and velocity stages for every row
+  (``MjwarpState.forward_rows``), the sensors a term reads before the next step's physics computes the rest again
+  (the solver of a full forward allocates, which CUDA refuses inside the push's conditional node);
 - the root body's tracked-body sensors (``track_*_w_<root>``), computed again from the final qpos/qvel after the
   last substep, the other sensors kept from the substep, as the backend refreshes them before a term reads them.
 
@@ -239,7 +244,7 @@ class Go2JoystickDeviceEnv(DeviceEnvBase):
         sim.qvel[:, self._lin_qvel_cols] = sim.qvel[:, self._lin_qvel_cols] + kick
 
         def forward() -> None:
-            sim._mjw.forward(sim._model, sim._data)  # noqa: SLF001
+            sim.forward_rows(self._all_rows)
 
         sim.when_any(fires, forward)
 
@@ -280,8 +285,13 @@ class Go2JoystickDeviceEnv(DeviceEnvBase):
         command = self._draw_command(rows)
         return _Go2ResetDraw(qpos, qvel, kp, kd, mass, com, gravity, command)
 
+    def _after_reset(self) -> None:
+        """MuJoCo Warp's ``set_const`` after the reset's mass and centre-of-mass rows (see the module's docstring)."""
+        if self._mass is not None or self._com is not None:
+            self.sim._mjw.set_const(self.sim._model, self.sim._data)  # noqa: SLF001
+
     def _reset_task_rows(self, rows: torch.Tensor, drawn: _Go2ResetDraw, *, update_curriculum: bool) -> None:
-        """The model rows (mass, CoM, gravity, then ``set_const``; gains), MuJoCo Warp's reset of the rows, their
+        """The model rows (mass, CoM, gravity, then the subtree masses; gains), MuJoCo Warp's reset of the rows, their
         root state, the command."""
         del update_curriculum
         sim = self.sim
@@ -295,7 +305,7 @@ class Go2JoystickDeviceEnv(DeviceEnvBase):
         if drawn.gravity is not None:
             self.gravity.copy_(torch.where(r2, drawn.gravity, self.gravity))
         if drawn.mass is not None or drawn.com is not None:
-            sim._mjw.set_const(sim._model, sim._data)  # noqa: SLF001 - the backend's refresh after mass or CoM
+            sim._mjw.set_const_fixed(sim._model, sim._data)  # noqa: SLF001 - the subtree masses the rows' sensors read
         if drawn.kp is not None:
             self._write_pd_gains(r2, drawn.kp, drawn.kd)
         self._resample_command(rows, drawn.command)
