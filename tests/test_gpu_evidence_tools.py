@@ -20,6 +20,9 @@ The learner kernel profile's, the env form bench's and the beside-physics bench'
 - ``experiments/evidence/device_env_graph_check.py`` (the env's CUDA graphs) and
   ``experiments/evidence/capture_failure_check.py`` (a failed capture of the learner's graphed inference) refuse a
   machine without CUDA in one line, exit 2.
+- ``experiments/evidence/device_capture_probe.py`` lists each task's parts (Go2's ``set_const`` and ``forward``
+  alone and in a conditional node, its reset events and push; motion tracking's command update and resets), refuses
+  a machine without CUDA in one line (exit 1), and an unknown task or part in one line (exit 2).
 """
 
 from __future__ import annotations
@@ -139,3 +142,42 @@ def test_the_capture_failure_check_refuses_a_machine_without_cuda(tree: tuple[Pa
     assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr[-2000:])
     assert proc.stderr.strip().splitlines()[-1] == (
         "capture_failure_check: needs a CUDA device (a CUDA graph capture)"), proc.stderr[-2000:]
+
+
+def _probe(*args: str) -> subprocess.CompletedProcess:
+    """The capture probe without a UniLab tree: listing its parts and its refusals import nothing of UniLab."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(CUDA_VISIBLE_DEVICES="", **ONE_THREAD)
+    return subprocess.run([sys.executable, "-W", "ignore", str(EVIDENCE / "device_capture_probe.py"), *args],
+                          cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(("task", "own"), [
+    ("go2_joystick_flat", ["set-const", "set-const-conditional", "forward", "forward-conditional", "reset-events",
+                           "push"]),
+    ("g1_motion_tracking", ["failure-stats", "motion-command", "start-frames", "motion-reset-rows", "motion-reset"]),
+])
+def test_the_capture_probe_lists_a_tasks_parts_and_refuses_a_machine_without_cuda(task: str, own: list[str]) -> None:
+    listed = _probe("--task", task, "--list")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    parts = listed.stdout.split()
+    assert parts[:7] == ["sync-check", "physics", "reset-data", "forward-rows", "terms", "reset-rows", "body"]
+    assert parts[7:] == [*own, "env", "env-after-learner"]
+    for args in ((), ("--part", own[0])):
+        proc = _probe("--task", task, *args)
+        assert proc.returncode == 1 and proc.stdout == "", (proc.stdout, proc.stderr[-2000:])
+        assert proc.stderr.strip().splitlines() == [
+            "device_capture_probe: no CUDA device; the capture is probed on a GPU"], proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("--task", "go2_flat"), "device_capture_probe: unknown task 'go2_flat'; tasks: g1_walk_flat, "
+                             "go2_joystick_flat, g1_motion_tracking"),
+    (("--part", "set-const"), "device_capture_probe: g1_walk_flat has no part 'set-const'; its parts: "
+                              "sync-check, physics, reset-data, forward-rows, terms, reset-rows, body, env, "
+                              "env-after-learner"),
+])
+def test_the_capture_probe_refuses_an_unknown_task_or_part_in_one_line(args: tuple[str, ...], line: str) -> None:
+    proc = _probe(*args)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr[-2000:])
+    assert proc.stderr.strip().splitlines() == [line]

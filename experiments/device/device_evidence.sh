@@ -64,6 +64,11 @@
 #           on it with the products on their own widths (--no-aligned-products: the learner without them),
 #           without Inductor's combo kernels (--no-combo-kernels: the learner without them), then on the
 #           per-update path. JSONs in $work/learner-profile/.
+#   capture-probe  which part of a device env's step fails to record as a CUDA graph
+#           (experiments/evidence/device_capture_probe.py) from the tree root on GPU 0, for each task of PROBE_TASKS
+#           (go2_joystick_flat g1_motion_tracking) one after another, every part in its own process; each task's
+#           assets are seeded first (UNILAB_ASSETS, else the wheelhouse's archives; motion tracking's synthetic
+#           clip where the tree has none). JSONs and each task's lines in $work/capture-probe/.
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
@@ -71,7 +76,7 @@
 # (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
-modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start|kernel-build|env-graph|learner-profile'
+modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start|kernel-build|env-graph|learner-profile|capture-probe'
 [ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
                   exit 2; }
 budget=${BUDGET_S:-540}
@@ -294,6 +299,23 @@ for mode in "$@"; do
               --output "'"$work"'/learner-profile/$setting${path:+-${path#--}}.json" >/dev/null
             echo "$setting $path: exit $?"
           done
+        done'
+      ;;
+    capture-probe)
+      mkdir -p "$work/capture-probe"
+      tasks=${PROBE_TASKS:-go2_joystick_flat g1_motion_tracking}
+      sources=${UNILAB_ASSETS:-$(ls "${WHEELHOUSE:-.whl}"/assets/*.tar.xz | paste -sd:)}
+      for task in $tasks; do
+        python3 -c "import sys; from pathlib import Path; sys.path[:0] = ['experiments/bench', 'scripts']; \
+import bench_env; print(bench_env.ensure_assets(Path('$tree').resolve(), '$sources', '$task', synthetic_clip=True))" \
+          >>"$work/capture-probe/assets.log" 2>&1 || { echo "capture-probe: $task's assets" >&2; exit 1; }
+      done
+      on_gpu 0 capture-probe bash -c 'cd "'"$tree"'" || exit 1
+        export PYTHONPATH="'"$PWD/overlay:$tree/src:$PYTHONPATH"'"
+        for task in '"$tasks"'; do
+          python3 "'"$PWD"'/experiments/evidence/device_capture_probe.py" --task $task \
+            --output "'"$work"'/capture-probe/$task.json" >"'"$work"'/capture-probe/$task.log" 2>&1
+          echo "$task: exit $?"
         done'
       ;;
     *) echo "device_evidence.sh: unknown mode $mode ($modes)" >&2
