@@ -2,14 +2,16 @@
 # Variables: UNILAB=<checkout> (default: embedded tree from the pinned sdist), PYTHON=<UniLab interpreter>,
 #            ALLOW_DRIFT=1, ALLOW_OTHER_COMMIT=1, FORCE=1 (revert over your edits, saved byte for byte first).
 # Offline GPU host (docs/offline-host.md): `make wheelhouse [WHEELHOUSE=wheelhouse] [PYTHON_VERSION=3.12]
-#            [ASSETS=<.tar.xz|folder>]` on a networked machine; there, any target with OFFLINE=<wheelhouse>
-#            [OFFLINE_SITE=work/offline-site] runs on python3 with the verified wheelhouse instead of the venv;
-#            `make apply OFFLINE=` ends by seeding the tree with the wheelhouse's G1 assets (never overwriting).
+#            [ASSETS=<.tar.xz|folder>[:<another>]]` (the G1 and the Go2 assets) on a networked machine; there,
+#            any target with OFFLINE=<wheelhouse> [OFFLINE_SITE=work/offline-site] runs on python3 with the verified
+#            wheelhouse instead of the venv; `make apply OFFLINE=` ends by seeding the tree with the wheelhouse's
+#            G1 and Go2 assets (never overwriting).
 #            WHEEL_LIST=<file>: another list than scripts/offline/gpu-host-wheels.txt (e.g. without the 163 MB
 #            warp-lang wheel for CPU-MuJoCo hosts); give the same WHEEL_LIST with OFFLINE= on the host.
-#            With warp-lang listed, the wheelhouse also carries MuJoCo Warp's CUDA kernels for G1, built from the
-#            applied tree (`make apply wheelhouse`) for WARP_ARCHS (default 90: H100/H200; e.g. "80 86 89 90") and
-#            WARP_WORLDS (default 256 4096); `make setup OFFLINE=` puts them into the host's Warp kernel cache.
+#            With warp-lang listed, the wheelhouse also carries MuJoCo Warp's CUDA kernels for G1 Walk Flat and Go2
+#            Joystick Flat, built from the applied tree (`make apply wheelhouse`) for WARP_ARCHS (default 90:
+#            H100/H200; e.g. "80 86 89 90") and WARP_WORLDS (default 256 4096) plus each task's own default world
+#            count; `make setup OFFLINE=` puts them into the host's Warp kernel cache.
 #            COMPILE_ARTIFACTS=<dir> (from `make compile-artifacts` on a GPU host) carries the learner's compile
 #            artifacts too; `make setup OFFLINE=` puts them into its compile cache where torch and GPU match.
 SHELL := /bin/bash
@@ -23,7 +25,8 @@ export ALLOW_DRIFT ALLOW_OTHER_COMMIT FORCE
 
 ifdef OFFLINE
 # No venv and no network: python3 with the wheelhouse's wheels in a private site folder; the pinned sdist/wheel
-# (PATCHSET_CACHE) and the G1 assets come from the wheelhouse, and nothing may reach Hugging Face.
+# (PATCHSET_CACHE) and the G1 and Go2 assets (every archive, joined by ':') come from the wheelhouse, and nothing
+# may reach Hugging Face.
 OFFLINE_SITE ?= work/offline-site
 PYTHON ?= python3
 PY := $(PYTHON)
@@ -32,7 +35,9 @@ export PATCHSET_CACHE := $(abspath $(OFFLINE))/pinned
 export HF_HUB_OFFLINE := 1
 export MUJOCO_GL ?= disable
 export WANDB_MODE ?= disabled
-UNILAB_ASSETS ?= $(firstword $(wildcard $(abspath $(OFFLINE))/assets/*.tar.xz))
+EMPTY :=
+SPACE := $(EMPTY) $(EMPTY)
+UNILAB_ASSETS ?= $(subst $(SPACE),:,$(strip $(sort $(wildcard $(abspath $(OFFLINE))/assets/*.tar.xz))))
 endif
 
 # Each long step is named and timed (scripts/make_steps.py); `make apply` ends with the list of its steps.
@@ -64,7 +69,7 @@ apply: setup
 	@$(STEP) "apply the series" -- \
 	  $(PATCHSET) apply $(TARGET_ARGS)
 ifdef OFFLINE
-	@$(STEP) "seed the wheelhouse's G1 assets into the tree" -- \
+	@$(STEP) "seed the wheelhouse's assets (G1, Go2) into the tree" -- \
 	  $(OFFLINE_TOOL) seed-assets "$(OFFLINE)" $(if $(UNILAB),--tree "$(UNILAB)")
 endif
 	@python3 scripts/make_steps.py summary --log $(STEPS_LOG) "make apply"

@@ -1,7 +1,7 @@
 """CPU tests of the offline GPU host path (scripts/offline/, `make wheelhouse`, `make ... OFFLINE=`).
 
 A real wheelhouse is built from files already on this machine (the pinned unilab-rl 1.3.2 wheel in the download
-cache, through pip with --no-index, and the G1 asset archive CI keeps at ../shared/assets/), verified, tampered
+cache, through pip with --no-index, and the G1 and Go2 asset archives CI keeps at ../shared/assets/), verified, tampered
 with, and installed with pip into a private site folder. The full wheel set is not downloaded here (large, network).
 """
 
@@ -31,6 +31,10 @@ from patchset.pins import load_pins  # noqa: E402
 from test_readme import check_trained, paste, readme_commands  # noqa: E402  (the README's command, as it runs it)
 
 ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-g1-assets.tar.xz"  # test data, as CI has it
+GO2_ASSETS = PROJECT.parent / "shared" / "assets" / "unilab-1.3.2-go2-assets.tar.xz"
+#: ASSETS= of `make wheelhouse`: the G1 and the Go2 archives joined by ':'.
+BOTH = f"{ASSETS}:{GO2_ASSETS}"
+GO2_TASK = "go2_joystick_flat"  # the bench's name of the task
 HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 #: Files a user gets from the project: none may point at the lab's ../shared folder.
 SHIPPED = ("README.md", "docs", "Makefile", "requirements.txt", "VERSIONS.env", "experiments", "scripts", "overlay")
@@ -61,12 +65,12 @@ def tiny_list(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory, tiny_list: Path) -> Path:
     """A real wheelhouse for this interpreter, built once by `python -m offline build`."""
-    assert ASSETS.is_file(), f"test data {ASSETS} is missing (CI keeps it at ../shared/assets/)"
+    assert ASSETS.is_file() and GO2_ASSETS.is_file(), f"test data in {ASSETS.parent} is missing (CI keeps it there)"
     dest = tmp_path_factory.mktemp("built") / "wheelhouse"
-    proc = offline("build", str(dest), "--python-version", HERE_PYTHON, "--assets", str(ASSETS),
+    proc = offline("build", str(dest), "--python-version", HERE_PYTHON, "--assets", BOTH,
                    "--wheel-list", str(tiny_list))
     assert proc.returncode == 0, proc.stderr
-    assert "1 wheels for CPython" in proc.stdout and "36 G1 asset files" in proc.stdout
+    assert "1 wheels for CPython" in proc.stdout and "52 asset files (g1, go2)" in proc.stdout
     return dest
 
 
@@ -129,16 +133,16 @@ def test_wheelhouse_layout_and_manifest(built: Path) -> None:
     record = json.loads((built / "wheelhouse.json").read_text())
     assert record["python_version"] == HERE_PYTHON and record["wheel_list"] == ["unilab-rl==1.3.2"]
     assert sorted(record["files"]) == [
-        "assets/unilab-1.3.2-g1-assets.tar.xz", "pinned/unilab-1.3.2.tar.gz",
+        "assets/unilab-1.3.2-g1-assets.tar.xz", "assets/unilab-1.3.2-go2-assets.tar.xz", "pinned/unilab-1.3.2.tar.gz",
         "pinned/unilab_rl-1.3.2-py3-none-any.whl", "pinned/unisim_core-1.7.8.tar.gz",
         "wheels/unilab_rl-1.3.2-py3-none-any.whl"]
     sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=built, capture_output=True, text=True)
-    assert sums.returncode == 0 and sums.stdout.count(": OK") == 5
+    assert sums.returncode == 0 and sums.stdout.count(": OK") == 6
 
 
 def test_verify_accepts_the_built_wheelhouse(wheelhouse: Path) -> None:
     proc = offline("verify", str(wheelhouse))
-    assert proc.returncode == 0 and "5 files verified" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "6 files verified" in proc.stdout, proc.stderr
 
 
 def test_tampered_wheel_is_refused_and_nothing_installed(wheelhouse: Path, tmp_path: Path) -> None:
@@ -164,7 +168,7 @@ def test_install_into_a_private_site_then_reuse(wheelhouse: Path, tiny_list: Pat
     site = tmp_path / "site"
     proc = offline("install", str(wheelhouse), "--site", str(site), "--wheel-list", str(tiny_list))
     assert proc.returncode == 0, proc.stderr
-    assert "5 files verified" in proc.stdout and "installed 1 wheels" in proc.stdout
+    assert "6 files verified" in proc.stdout and "installed 1 wheels" in proc.stdout
     assert (site / "uni_rl" / "__init__.py").is_file() and (site / ".wheelhouse-installed").is_file()
     # the site's modules were compiled (pip ran with --no-compile): Python imports them without compiling
     assert "Python bytecode:" in proc.stdout and str(site) in proc.stdout, proc.stdout
@@ -186,11 +190,16 @@ def test_install_into_a_private_site_then_reuse(wheelhouse: Path, tiny_list: Pat
     assert [p.name for p in foreign.iterdir()] == ["keep.txt"]
 
 
-def test_wheelhouse_assets_complete_the_g1_scene(built: Path, tmp_path: Path, pristine_template: Path) -> None:
+def test_wheelhouse_assets_complete_the_g1_and_go2_scenes(built: Path, tmp_path: Path,
+                                                          pristine_template: Path) -> None:
     tree = Path(shutil.copytree(pristine_template, tmp_path / "unilab", symlinks=True))
+    g1, go2 = (built / "assets" / f"unilab-1.3.2-{robot}-assets.tar.xz" for robot in ("g1", "go2"))
     assert bench_env.missing_assets(tree)  # the sdist alone lacks the meshes
-    bench_env.ensure_assets(tree, built / "assets" / "unilab-1.3.2-g1-assets.tar.xz")
+    bench_env.ensure_assets(tree, g1)
     assert bench_env.missing_assets(tree) == []
+    assert bench_env.missing_assets(tree, GO2_TASK)  # control: G1's archive holds none of Go2's meshes
+    bench_env.ensure_assets(tree, go2, task=GO2_TASK)
+    assert bench_env.missing_assets(tree, GO2_TASK) == []
 
 
 def seed_assets(wheelhouse: Path, tree: Path) -> subprocess.CompletedProcess:
@@ -204,10 +213,10 @@ def test_seed_assets_fills_the_tree_once_and_never_overwrites(wheelhouse: Path, 
     assert bench_env.missing_assets(tree)  # control: without the seeding the meshes are absent
     proc = seed_assets(wheelhouse, tree)
     assert proc.returncode == 0 and proc.stdout.count("\n") == 1, proc.stderr
-    assert "36 files put into" in proc.stdout and "0 already there" in proc.stdout
+    assert "52 files put into" in proc.stdout and "0 already there" in proc.stdout
     assert bench_env.missing_assets(tree) == []
     again = seed_assets(wheelhouse, tree)  # idempotent
-    assert again.returncode == 0 and "0 files put into" in again.stdout and "36 already there" in again.stdout
+    assert again.returncode == 0 and "0 files put into" in again.stdout and "52 already there" in again.stdout
     # a file of the user's with other bytes: one line naming it, nothing written (a removed mesh stays removed)
     mesh = tree / "src" / "unilab" / "assets" / "robots" / "g1" / "assets" / "head_link.STL"
     mesh.write_bytes(b"mine")
@@ -231,12 +240,18 @@ def test_build_refuses_bad_assets_and_a_foreign_destination(tmp_path: Path, tiny
     with tarfile.open(ASSETS) as full, tarfile.open(partial, "w:xz") as out:
         member = next(m for m in full.getmembers() if m.name.endswith("floor.png"))
         out.addfile(member, full.extractfile(member))
-    one_line_error(offline("build", str(dest), *args, "--assets", str(partial)),
+    one_line_error(offline("build", str(dest), *args, "--assets", f"{partial}:{GO2_ASSETS}"),
                    "lack robots/g1/assets/head_link.STL")
+    one_line_error(offline("build", str(dest), *args, "--assets", str(ASSETS)), "lack robots/go2/assets/base_0.obj")
+    one_line_error(offline("build", str(dest), *args, "--assets", f"{ASSETS}:{tmp_path / 'none.tar.xz'}"),
+                   "none.tar.xz does not exist")
+    (tmp_path / "notes.tar.xz").write_text("not an archive")
+    one_line_error(offline("build", str(dest), *args, "--assets", f"{tmp_path / 'notes.tar.xz'}:{ASSETS}"),
+                   "notes.tar.xz is neither a folder nor a tar archive")
     assert not dest.exists()
     dest.mkdir()
     (dest / "notes.txt").write_text("mine")
-    one_line_error(offline("build", str(dest), *args, "--assets", str(ASSETS)), "exists and is not a wheelhouse")
+    one_line_error(offline("build", str(dest), *args, "--assets", BOTH), "exists and is not a wheelhouse")
     assert [p.name for p in dest.iterdir()] == ["notes.txt"]
     one_line_error(offline("build", str(dest), "--python-version", "twelve"), "PYTHON_VERSION='twelve'")
 
@@ -260,7 +275,8 @@ def test_make_offline_points_everything_at_the_wheelhouse(built: Path, tmp_path:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "python3", str(tmp_path / "site"), str(built / "pinned"),
-        str(built / "assets" / "unilab-1.3.2-g1-assets.tar.xz"), "1"]
+        f"{built / 'assets' / 'unilab-1.3.2-g1-assets.tar.xz'}:{built / 'assets' / 'unilab-1.3.2-go2-assets.tar.xz'}",
+        "1"]
     plain = make("-s", "--eval", "print-%: ; @echo $($*)", "print-PY", "print-PATCHSET_CACHE")
     assert plain.stdout.splitlines() == [".venv/bin/python", str(cache_dir())]  # negative control: the venv
 
@@ -301,14 +317,14 @@ def offline_apply(built: Path, tiny_list: Path, tmp_path: Path
 
 def test_offline_host_applies_in_a_copied_project(built: Path, tiny_list: Path, tmp_path: Path) -> None:
     """The README's GPU host: `make apply OFFLINE=wheelhouse ALLOW_DRIFT=1` builds the whole overlay from the
-    wheelhouse alone, and seeds the tree with its G1 assets."""
+    wheelhouse alone, and seeds the tree with its G1 and Go2 assets."""
     host, applied, flags, offline_host = offline_apply(built, tiny_list, tmp_path)
     assert (host / "overlay" / "uni_rl" / "__init__.py").is_file()
     assert (host / "overlay" / "unisim" / "__init__.py").is_file()
     # the host trains as it benchmarks: the wheelhouse's G1 meshes are in the applied tree, and apply says so
     assert bench_env.missing_assets(host / "work" / "unilab-1.3.2") == []
-    seeded = [line for line in applied.stdout.splitlines() if line.startswith("G1 assets: ")]
-    assert len(seeded) == 1 and "36 files put into" in seeded[0] and "sha256 verified" in seeded[0], applied.stdout
+    seeded = [line for line in applied.stdout.splitlines() if line.startswith("assets: ")]
+    assert len(seeded) == 1 and "52 files put into" in seeded[0] and "sha256 verified" in seeded[0], applied.stdout
     status = make("status", *flags, cwd=host, **offline_host)
     assert status.returncode == 0 and "work/unilab-1.3.2: applied" in status.stdout, status.stderr
     assert not (tmp_path / "no-cache").exists()
@@ -332,7 +348,7 @@ def test_the_readme_training_command_trains_on_the_offline_applied_tree(built: P
 def test_make_wheelhouse_builds_from_the_given_wheel_list(tiny_list: Path, tmp_path: Path) -> None:
     """WHEEL_LIST= reaches the build: only the given list is fetched (here from the local cache alone)."""
     dest = tmp_path / "wh"
-    proc = make("wheelhouse", f"WHEELHOUSE={dest}", f"WHEEL_LIST={tiny_list}", f"ASSETS={ASSETS}",
+    proc = make("wheelhouse", f"WHEELHOUSE={dest}", f"WHEEL_LIST={tiny_list}", f"ASSETS={BOTH}",
                 f"PYTHON_VERSION={HERE_PYTHON}")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     assert json.loads((dest / "wheelhouse.json").read_text())["wheel_list"] == ["unilab-rl==1.3.2"]

@@ -2,7 +2,7 @@
 
 `make wheelhouse` (build.py) downloads the pinned wheel list for the host's Python and platform, builds the
 two source-only projects into pure-Python wheels, adds every pinned artifact an apply reads (the UniLab sdist,
-the unilab-rl base wheel, the unisim-core sdist) and the G1 assets, and records the sha256 of every file.
+the unilab-rl base wheel, the unisim-core sdist) and the G1 and Go2 assets, and records the sha256 of every file.
 `make ... OFFLINE=<wheelhouse>` (host.py) verifies every sha256 before it installs anything into a private site
 folder with pip's --no-index.
 """

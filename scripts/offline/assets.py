@@ -1,12 +1,15 @@
-"""The G1 meshes and textures a MuJoCo G1 run needs, as one .tar.xz laid out like UniLab's `src/unilab/assets/`.
+"""The meshes and textures the task owners' scenes need (G1 Walk Flat's and Go2 Joystick Flat's), one .tar.xz per
+robot laid out like UniLab's `src/unilab/assets/`.
 
 UniLab 1.3.2 keeps them on Hugging Face (`unilab.assets.hub`) and downloads them on first use, which an offline
-host cannot do. Here they come either from UniLab's own download (its `ROBOT_ASSET_SPECS["g1"]` directories,
-through its `resolve_robot_asset_dir`, so the repository and mirror fallback are UniLab's) or from an archive or
-folder the user gives (ASSETS=...). Stored compressed (19 MB of meshes are 6 MB as .tar.xz). `make apply OFFLINE=`
-seeds the applied tree from every archive the wheelhouse carries (``seed``: sha256-checked; ``seed_tree``: never
-overwriting a file that differs); the bench seeds the trees it runs from the same archive (`bench_env.seed_assets`,
-which leaves a differing file alone instead of refusing).
+host cannot do. Here they come either from UniLab's own download (its `ROBOT_ASSET_SPECS` directories of each
+robot, through its `resolve_robot_asset_dir`, so the repository and mirror fallback are UniLab's) or from the
+archives or folders the user gives (ASSETS=<one>:<another>, as `make bench UNILAB_ASSETS=` takes them), merged and
+packed again per robot. Stored compressed (19 MB of G1 meshes are 6 MB as .tar.xz). The Warp kernel build unpacks
+every robot's archive (Go2's scene loads its meshes); `make apply OFFLINE=` seeds the applied tree from every
+archive the wheelhouse carries (``seed``: sha256-checked; ``seed_tree``: never overwriting a file that differs);
+the bench seeds the trees it runs from the same archives (`bench_env.seed_assets`, which leaves a differing file
+alone instead of refusing).
 """
 
 from __future__ import annotations
@@ -15,41 +18,47 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from . import OfflineError, manifest
 
-ROBOT = "g1"
-FOLDER = "assets"  # in the wheelhouse; the archive is the only file there
+#: The robots of the task owners whose kernels the wheelhouse carries (warp_kernels.TASKS): one archive each.
+ROBOTS = ("g1", "go2")
+FOLDER = "assets"  # in the wheelhouse; the robots' archives are the only files there
+#: Where each robot's files lie, as the message of a missing marker shows them.
+_LAYOUT = {"g1": "robots/g1/assets/*.STL, robots/g1/textures/floor.png", "go2": "robots/go2/assets/*.obj"}
 
 
-def archive_name(unilab_version: str) -> str:
-    return f"unilab-{unilab_version}-{ROBOT}-assets.tar.xz"
+def archive_name(unilab_version: str, robot: str = "g1") -> str:
+    return f"unilab-{unilab_version}-{robot}-assets.tar.xz"
 
 
-def _g1_specs() -> tuple[tuple[str, str], ...]:
-    """(directory, completeness marker) pairs of UniLab's G1 asset spec, from the installed UniLab."""
+def _specs(robot: str) -> tuple[tuple[str, str], ...]:
+    """(directory, completeness marker) pairs of UniLab's asset spec for ``robot``, from the installed UniLab."""
     try:
         from unilab.assets.hub import ROBOT_ASSET_SPECS
     except ImportError as exc:
         raise OfflineError(f"cannot import UniLab's asset hub ({exc}): run `make setup` first") from exc
-    return tuple((directory, marker) for directory, marker, _glob, _label in ROBOT_ASSET_SPECS[ROBOT])
+    return tuple((directory, marker) for directory, marker, _glob, _label in ROBOT_ASSET_SPECS[robot])
 
 
 def _require_markers(present: set[str], source: object) -> None:
-    missing = [f"{d}/{m}" for d, m in _g1_specs() if f"{d}/{m}" not in present]
-    if missing:
-        raise OfflineError(
-            f"the G1 assets {source} lack {', '.join(missing)}: give an archive or folder laid out like "
-            f"src/unilab/assets/ (robots/g1/assets/*.STL, robots/g1/textures/floor.png)"
-        )
+    """Every robot's markers are among ``present``; else one line naming what is missing and the layout."""
+    for robot in ROBOTS:
+        missing = [f"{d}/{m}" for d, m in _specs(robot) if f"{d}/{m}" not in present]
+        if missing:
+            raise OfflineError(
+                f"the assets {source} lack {', '.join(missing)}: give archives or folders laid out like "
+                f"src/unilab/assets/ ({_LAYOUT[robot]}), several joined by ':'"
+            )
 
 
 def download(dest: Path) -> str:
-    """UniLab's own Hugging Face download of the G1 directories into dest; returns a description of the source."""
+    """UniLab's own Hugging Face download of every robot's directories into dest; returns a description of it."""
     from unilab.assets import hub
 
-    specs = _g1_specs()
+    specs = [spec for robot in ROBOTS for spec in _specs(robot)]
     installed_root, hub.ASSETS_ROOT_PATH = hub.ASSETS_ROOT_PATH, dest  # resolve here, not into the package
     try:
         for directory, marker in specs:
@@ -57,8 +66,8 @@ def download(dest: Path) -> str:
     except Exception as exc:  # network, HTTP and hub errors alike: one line, and the way around it
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise OfflineError(
-            f"cannot download the G1 assets from Hugging Face ({hub._HF_ROBOTS_REPO_ID}: {reason}); "
-            f"without access pass ASSETS=<.tar.xz or folder laid out like src/unilab/assets/>"
+            f"cannot download the assets from Hugging Face ({hub._HF_ROBOTS_REPO_ID}: {reason}); without access "
+            f"pass ASSETS=<.tar.xz or folder laid out like src/unilab/assets/>[:<another>]"
         ) from exc
     finally:
         hub.ASSETS_ROOT_PATH = installed_root
@@ -66,10 +75,12 @@ def download(dest: Path) -> str:
     return f"huggingface.co dataset {hub._HF_ROBOTS_REPO_ID} ({', '.join(d for d, _ in specs)})"
 
 
-def pack(folder: Path, archive: Path) -> int:
-    """Every file under folder into a reproducible .tar.xz (sorted, no owners, no times); returns the count."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    _require_markers({p.relative_to(folder).as_posix() for p in files}, folder)
+def pack(folder: Path, archive: Path, robot: str = "g1") -> int:
+    """``robot``'s files under folder (its spec's directories) into a reproducible .tar.xz (sorted, no owners, no
+    times); returns the count."""
+    roots = tuple(PurePosixPath(directory) for directory, _marker in _specs(robot))
+    files = sorted(p for p in folder.rglob("*") if p.is_file()
+                   and any(root in PurePosixPath(p.relative_to(folder).as_posix()).parents for root in roots))
     with tarfile.open(archive, "w:xz") as out:
         for path in files:
             info = tarfile.TarInfo(path.relative_to(folder).as_posix())
@@ -92,34 +103,46 @@ def _members(source: Path) -> list[str]:
     return names
 
 
-def collect(archive: Path, source: Path | None) -> tuple[str, int]:
-    """Write the G1 asset archive from source (archive or folder) or UniLab's download; returns (source, files)."""
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    if source is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            described = download(Path(tmp))
-            return described, pack(Path(tmp), archive)
-    source = source.expanduser()
+def sources(joined: str) -> list[Path]:
+    """ASSETS=<one>[:<another>...]: the sources in their order (empty parts left out)."""
+    return [Path(part).expanduser() for part in joined.split(os.pathsep) if part]
+
+
+def _merge(source: Path, stage: Path) -> None:
+    """The files of one archive or folder into ``stage`` (a file already there, from an earlier source, is kept)."""
     if source.is_dir():
-        return str(source), pack(source, archive)
+        files = {p.relative_to(source).as_posix(): p for p in source.rglob("*") if p.is_file()}
+        for rel, path in files.items():
+            if not (stage / rel).exists():
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, stage / rel)
+        return
     if not source.is_file():
         raise OfflineError(f"ASSETS={source} does not exist")
     if not tarfile.is_tarfile(source):
         raise OfflineError(f"ASSETS={source} is neither a folder nor a tar archive")
-    names = _members(source)
-    _require_markers(set(names), source)
-    try:
-        with tarfile.open(source, "r:xz"):
-            is_xz = True
-    except tarfile.ReadError:
-        is_xz = False
-    if is_xz:
-        shutil.copyfile(source, archive)
-        return str(source), len(names)
+    _members(source)  # refuses members that would land outside the assets folder
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(source) as given:
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # names were checked above either way
         given.extractall(tmp, members=[m for m in given.getmembers() if m.isfile()], **safe)
-        return str(source), pack(Path(tmp), archive)
+        _merge(Path(tmp), stage)
+
+
+def collect(folder: Path, unilab_version: str, given: Sequence[Path]) -> tuple[str, int]:
+    """Each robot's archive (``archive_name``) into ``folder`` from the ``given`` archives and folders, merged
+    (where two hold one file, the first one's is taken), or from UniLab's download when none is given; returns
+    (source, files)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp)
+        if given:
+            for source in given:
+                _merge(source, stage)
+            described = ":".join(map(str, given))
+        else:
+            described = download(stage)
+        _require_markers({p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file()}, described)
+        return described, sum(pack(stage, folder / archive_name(unilab_version, robot), robot) for robot in ROBOTS)
 
 
 #: Where a UniLab tree keeps its assets (UniLab's ``ASSETS_ROOT_PATH``), relative to the tree's root.
@@ -170,18 +193,18 @@ def seed_tree(archives: list[Path], tree: Path) -> tuple[int, int]:
                 data = handle.read()
                 target = dest / rel
                 if target.is_symlink() or (target.exists() and not target.is_file()):
-                    raise OfflineError(f"{target} is there and is not a plain file: not seeding the G1 assets "
+                    raise OfflineError(f"{target} is there and is not a plain file: not seeding the assets "
                                        f"from {archive.name} (move it away and run again)")
                 if target.is_file():
                     if target.read_bytes() != data:
-                        raise OfflineError(f"{target} differs from {archive.name}'s copy: not seeding the G1 "
+                        raise OfflineError(f"{target} differs from {archive.name}'s copy: not seeding the "
                                            f"assets, nothing written (move it away to take the wheelhouse's)")
                     present += 1
                     continue
                 for parent in PurePosixPath(rel).parents:
                     where = dest / parent
                     if where.is_symlink() or (where.exists() and not where.is_dir()):
-                        raise OfflineError(f"{where} is there and is not a folder: not seeding the G1 assets "
+                        raise OfflineError(f"{where} is there and is not a folder: not seeding the assets "
                                            f"from {archive.name}")
                 pending[rel] = data
     for rel, data in sorted(pending.items()):
@@ -194,7 +217,7 @@ def seed_tree(archives: list[Path], tree: Path) -> tuple[int, int]:
             os.replace(partial, target)
         except OSError as exc:
             partial.unlink(missing_ok=True)
-            raise OfflineError(f"cannot write {target} ({exc.strerror or exc}): the G1 assets are seeded only in "
+            raise OfflineError(f"cannot write {target} ({exc.strerror or exc}): the assets are seeded only in "
                                f"part; free the space or fix the folder and run again") from exc
     return len(pending), present
 
@@ -206,7 +229,7 @@ def seed(wheelhouse: Path, tree: Path) -> str:
         raise OfflineError(f"{tree / TREE_ASSETS} is not a folder: {tree} is not a UniLab tree")
     archives = [archive for archive, _sha in _wheelhouse_archives(wheelhouse)]
     if not archives:
-        return f"G1 assets: the wheelhouse {wheelhouse} carries none ({FOLDER}/*.tar.xz)"
+        return f"assets: the wheelhouse {wheelhouse} carries none ({FOLDER}/*.tar.xz)"
     written, present = seed_tree(archives, tree)
-    return (f"G1 assets: {written} files put into {tree / TREE_ASSETS} from {', '.join(a.name for a in archives)} "
+    return (f"assets: {written} files put into {tree / TREE_ASSETS} from {', '.join(a.name for a in archives)} "
             f"(sha256 verified), {present} already there")

@@ -2,8 +2,9 @@
 
 Layout: wheels/ (the list, for the host's Python and manylinux x86_64), pinned/ (the pinned UniLab sdist,
 unilab-rl base wheel and unisim-core sdist, which the applier and the bench read through PATCHSET_CACHE),
-assets/ (one .tar.xz of the G1 assets laid out like src/unilab/assets/), warp-kernels/ (MuJoCo Warp's CUDA kernels
-for G1, built from the applied tree: warp_kernels.py says why; only when the list holds warp-lang),
+assets/ (one .tar.xz per robot, G1's and Go2's meshes, laid out like src/unilab/assets/), warp-kernels/ (MuJoCo
+Warp's CUDA kernels for the task owners, G1 Walk Flat and Go2 Joystick Flat, built from the applied tree with those
+archives unpacked: warp_kernels.py says why; only when the list holds warp-lang),
 compile-artifacts/ (the learner's, built on a GPU host: compile_artifacts.py; only when given), wheelhouse.json and
 SHA256SUMS. It is
 built in a temporary sibling folder and renamed into place, so a failed build leaves the previous wheelhouse as it
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,7 +108,8 @@ def _replace(built: Path, dest: Path) -> None:
 
 @dataclass(frozen=True)
 class WarpKernels:
-    """Where the G1 env's Warp kernels are built from (the applied tree) and for what."""
+    """Where the task owners' Warp kernels are built from (the applied tree) and for what (each owner's own
+    default world count is added to ``worlds``)."""
 
     tree: Path | None = None  # None: the applier's embedded tree (its overlay is the project's)
     worlds: tuple[int, ...] = warp_kernels.WORLDS
@@ -129,18 +132,20 @@ def _applied_tree(options: WarpKernels) -> tuple[Path, Path, str]:
     return tree, overlay, str(state["series_sha256"])
 
 
-def _build_warp_kernels(dest: Path, options: WarpKernels, applied: tuple[Path, Path, str], assets_archive: Path,
-                        entries: list[Entry]) -> dict:
-    """The G1 env's Warp kernels into dest, from the applied tree; their record for the manifest."""
+def _build_warp_kernels(dest: Path, options: WarpKernels, applied: tuple[Path, Path, str],
+                        assets_archives: list[Path], entries: list[Entry]) -> dict:
+    """The task owners' Warp kernels into dest, from the applied tree with the robots' asset archives unpacked;
+    their record for the manifest (the tasks and the world counts each was planned at)."""
     warp = next((e for e in entries if e.key == "warp-lang"), None)
     tree, overlay, series = applied
-    print(f"[wheelhouse] MuJoCo Warp's CUDA kernels for G1 ({', '.join(map(str, options.worlds))} worlds, sm_"
+    print(f"[wheelhouse] MuJoCo Warp's CUDA kernels for {', '.join(warp_kernels.TASKS)} ("
+          f"{', '.join(map(str, options.worlds))} worlds and each task's own default, sm_"
           f"{', sm_'.join(map(str, options.archs))})", flush=True)
-    record = warp_kernels.build(dest, tree, overlay, assets_archive, worlds=options.worlds, archs=options.archs)
+    record = warp_kernels.build(dest, tree, overlay, assets_archives, worlds=options.worlds, archs=options.archs)
     if warp is not None and record["warp_version"] != warp.version:
         raise OfflineError(f"the kernels were built with warp-lang {record['warp_version']}, the wheel list holds "
                            f"{warp.version}: build the wheelhouse in a venv with the listed warp-lang")
-    return {"warp_version": record["warp_version"], "worlds": record["worlds"], "archs": record["archs"],
+    return {"warp_version": record["warp_version"], "tasks": record["tasks"], "archs": record["archs"],
             "output": record["output"], "modules": len(record["modules"]), "series_sha256": series}
 
 
@@ -154,10 +159,11 @@ def _copy_compile_artifacts(source: Path, dest: Path) -> dict:
     return {key: record[key] for key in ("torch", "triton", "cuda", "gpu", "arch", "settings")}
 
 
-def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path | None = None,
+def build(dest: Path, version: str, assets_sources: Sequence[Path], wheel_list: Path | None = None,
           kernels: WarpKernels | None = None, artifacts: Path | None = None) -> list[str]:
     """Build the wheelhouse at dest (with the learner's compile artifacts from ``artifacts``, when given);
-    returns the lines to print."""
+    returns the lines to print. ``assets_sources``: the robots' asset archives or folders (ASSETS=, in order);
+    none: UniLab's download."""
     version = python_version(version)
     pins = load_pins()
     entries = read_wheel_list(wheel_list) if wheel_list else read_wheel_list()
@@ -169,18 +175,18 @@ def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path
     with tempfile.TemporaryDirectory(prefix=f".{dest.name}-building-", dir=dest.parent) as tmp:
         work = Path(tmp) / "wheelhouse"
         work.mkdir()
-        print("[wheelhouse] G1 assets" + (f" from {assets_source}" if assets_source else " from Hugging Face"),
-              flush=True)
-        asset_source, asset_files = assets.collect(
-            work / assets.FOLDER / assets.archive_name(pins["UNILAB_VERSION"]), assets_source)
+        print(f"[wheelhouse] {', '.join(assets.ROBOTS)} assets from "
+              + (":".join(map(str, assets_sources)) if assets_sources else "Hugging Face"), flush=True)
+        asset_source, asset_files = assets.collect(work / assets.FOLDER, pins["UNILAB_VERSION"], assets_sources)
         applied = _applied_tree(kernels) if any(e.key == "warp-lang" for e in entries) else None
         artifact_record = (None if artifacts is None else
                            _copy_compile_artifacts(artifacts.resolve(), work / compile_artifacts.FOLDER))
         wheels = fetch_wheels(entries, work / "wheels", version)
         copy_pinned(work / "pinned", pins)
-        archive = work / assets.FOLDER / assets.archive_name(pins["UNILAB_VERSION"])
+        archives = [work / assets.FOLDER / assets.archive_name(pins["UNILAB_VERSION"], robot)
+                    for robot in assets.ROBOTS]
         kernel_record = (None if applied is None else
-                         _build_warp_kernels(work / warp_kernels.FOLDER, kernels, applied, archive, entries))
+                         _build_warp_kernels(work / warp_kernels.FOLDER, kernels, applied, archives, entries))
         digest = manifest.write(work, {
             "warp_kernels": kernel_record,
             "compile_artifacts": artifact_record,
@@ -194,7 +200,8 @@ def build(dest: Path, version: str, assets_source: Path | None, wheel_list: Path
         size = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
         _replace(work, dest)
     return [
-        f"wheelhouse {dest}: {len(wheels)} wheels for CPython {version}, {asset_files} G1 asset files, "
+        f"wheelhouse {dest}: {len(wheels)} wheels for CPython {version}, {asset_files} asset files ("
+        f"{', '.join(assets.ROBOTS)}), "
         f"{len(PINNED_ARTIFACTS)} pinned files, "
         + (f"{kernel_record['modules']} Warp kernel modules, " if kernel_record else "")
         + (f"compile artifacts for torch {artifact_record['torch']} on {artifact_record['gpu']}, "

@@ -16,14 +16,16 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="on a networked machine: download/build the wheelhouse")
     b.add_argument("wheelhouse", type=Path)
     b.add_argument("--python-version", default="3.12", help="the GPU host's Python (default 3.12)")
-    b.add_argument("--assets", type=Path, help="G1 assets: .tar.xz or folder laid out like src/unilab/assets/ "
-                                               "(default: UniLab's own Hugging Face download)")
+    b.add_argument("--assets", type=assets.sources, default=[],
+                   help="the G1 and Go2 assets: .tar.xz archives or folders laid out like src/unilab/assets/, "
+                        "several joined by ':' (default: UniLab's own Hugging Face download)")
     b.add_argument("--wheel-list", type=Path, help="another list than scripts/offline/gpu-host-wheels.txt "
                                                    "(not checked against VERSIONS.env)")
     b.add_argument("--unilab-tree", type=Path, help="the applied UniLab tree the Warp kernels are built from "
                                                     "(default: the applier's embedded tree)")
     b.add_argument("--warp-worlds", type=int, nargs="+", default=list(build.warp_kernels.WORLDS),
-                   help="world counts whose Warp kernels are built (default: %(default)s)")
+                   help="world counts whose Warp kernels are built, each task's own default added "
+                        "(default: %(default)s)")
     b.add_argument("--warp-archs", type=int, nargs="+", default=list(build.warp_kernels.ARCHS),
                    help="CUDA architectures they are built for, e.g. 80 86 89 90 (default: %(default)s)")
     b.add_argument("--compile-artifacts", type=Path, help="the learner's compile artifacts built on a GPU host "
@@ -36,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--wheel-list", type=Path, help="the list the wheelhouse was built from, if not the project's")
     c = sub.add_parser("bytecode", help="compile the Python bytecode of the host's packages (install does it too)")
     c.add_argument("--site", type=Path, help="a private site folder to compile as well (e.g. OFFLINE_SITE)")
-    a = sub.add_parser("seed-assets", help="on the GPU host: the wheelhouse's G1 assets into an applied tree "
+    a = sub.add_parser("seed-assets", help="on the GPU host: the wheelhouse's assets (G1, Go2) into an applied tree "
                                            "(`make apply OFFLINE=` runs it)")
     a.add_argument("wheelhouse", type=Path)
     a.add_argument("--tree", type=Path, help="the UniLab tree (default: the applier's embedded tree)")

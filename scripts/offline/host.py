@@ -62,8 +62,10 @@ def _seed_warp_kernels(wheelhouse: Path, record: dict, site: Path) -> list[str]:
     if version != kernels["warp_version"]:
         return [f"Warp kernels: built for warp-lang {kernels['warp_version']}, this host runs {version}: not used"]
     copied, present = warp_kernels.seed(wheelhouse / warp_kernels.FOLDER, version, cache)
-    return [f"Warp kernels (sm_{', sm_'.join(map(str, kernels['archs']))}, {', '.join(map(str, kernels['worlds']))} "
-            f"worlds): {copied} modules put into {cache}, {present} already there"]
+    planned = "; ".join(f"{t['task']} at {', '.join(map(str, t['worlds']))} worlds" for t in kernels.get("tasks", [])
+                        ) or f"{', '.join(map(str, kernels.get('worlds', [])))} worlds"  # an older wheelhouse: G1's
+    return [f"Warp kernels (sm_{', sm_'.join(map(str, kernels['archs']))}, {planned}): {copied} modules put into "
+            f"{cache}, {present} already there"]
 
 
 def _seed_compile_artifacts(wheelhouse: Path, record: dict, site: Path) -> list[str]:

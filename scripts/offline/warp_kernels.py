@@ -1,22 +1,29 @@
-"""MuJoCo Warp's CUDA kernels for G1 Walk Flat, built by `make wheelhouse` (no GPU needed) and put into the GPU
-host's Warp kernel cache by `make setup OFFLINE=`.
+"""MuJoCo Warp's CUDA kernels for the task owners of ``TASKS`` (G1 Walk Flat and Go2 Joystick Flat on ``mjwarp``),
+built by `make wheelhouse` (no GPU needed) and put into the GPU host's Warp kernel cache by `make setup OFFLINE=`.
 
 Why: on a machine whose Warp kernel cache is empty (a freshly started cloud GPU, a new container) the mjwarp env
 builds its physics' kernels before its first step. On freshly started H200s that took 31-33 s of a 40 s env
 build, and a training run's first iteration came 49.5-72.3 s after launch even with the compile left behind;
 with this cache seeded (cubin, unisim 0004) the env was built in 10-12 s and the first iteration came 20.3 s
 (report's setting) and 22.2 s (UniLab's defaults) after launch (results/2026-12-04-h200-warp-kernel-cache).
+Go2 Joystick Flat's run (1024 worlds, its default) had Warp compile 25 modules for Go2's model on a fresh H200,
+its first iteration 50.3 s after launch (G1's: 14.2 s, results/2026-12-07-h200-whole-run-go2): each task's
+model makes its own kernels, so each task owner is planned.
 
-Build (``build``): a child Python in a copy of the applied UniLab tree, the overlay first on its path, builds the
-G1 Walk Flat ``mjwarp`` env on Warp's CPU device (unisim 0002's opt-in) for each world count, up to the
-backend's build ahead (unisim 0004). There it records the launches of a forward, a step and a reset as a CUDA
-device would make them (their block sizes), adds MuJoCo Warp's core modules and the backend's own, each module
-also at its default block size, compiles every module ahead of time as cubin for each CUDA architecture into
-Warp's cache layout (``<warp version>/wp_<module>_<hash>/``), and stops the env build: nothing is launched.
+Build (``build``): a child Python in a copy of the applied UniLab tree (the asset archives unpacked into it: G1's
+and Go2's meshes), the overlay first on its path, builds each task owner's ``mjwarp`` env on Warp's CPU device
+(unisim 0002's opt-in) for each world count, up to the backend's build ahead (unisim 0004). There it records the
+launches of a forward, a step and a reset as a CUDA device would make them (their block sizes; for an owner whose
+device env follows a reset with ``set_const``, Go2's, those too), adds MuJoCo Warp's core modules and the
+backend's own, each module also at its default block size, compiles every module ahead of time as cubin for each
+CUDA architecture into Warp's cache layout (``<warp version>/wp_<module>_<hash>/``), and stops the env build:
+nothing is launched. The record lists the tasks and their world counts, and for each module what it was planned
+for (``<task>:<worlds>``).
 Warp names each module's folder by a hash of its kernels' source and build options, so a seeded module is used
 only where the host would build exactly that module; any other is built there as before. Kernels MuJoCo Warp
 creates for a model are keyed on array sizes: the world counts given (the report's 256 and UniLab's 4096 by
-default) are the ones covered.
+default) and each owner's own default ``algo.num_envs`` (read from its composed config: Go2's 1024) are the
+ones covered.
 
 The device env's own kernel, its step's timestamp (``step_stamps``), holds no world count: it is planned once, from
 its module, without building the env.
@@ -42,7 +49,12 @@ from . import OfflineError
 
 #: The wheelhouse folder: Warp's kernel-cache layout under it (``<warp version>/wp_*``).
 FOLDER = "warp-kernels"
-#: The default world counts (the report's setting and UniLab's G1 default) and CUDA architecture (H100/H200).
+#: The task owners whose kernels are built (FlashSAC's Hydra ``task=``; their scenes' meshes come from the asset
+#: archives given to ``build``), each with whether its device env follows a reset with MuJoCo Warp's
+#: ``set_const`` (Go2's randomizes mass and centre of mass): those kernels are planned too (``_record_set_const``).
+TASKS: dict[str, bool] = {"g1_walk_flat/mjwarp": False, "go2_joystick_flat/mjwarp": True}
+#: The default world counts (the report's setting and UniLab's G1 default) and CUDA architecture (H100/H200);
+#: each owner's own default world count is added to them.
 WORLDS = (256, 4096)
 ARCHS = (90,)
 
@@ -59,28 +71,37 @@ def _child_env(tree: Path, overlay: Path, cache: Path) -> dict[str, str]:
             "HF_HUB_OFFLINE": "1"}
 
 
-def build(dest: Path, tree: Path, overlay: Path, assets_archive: Path, *, worlds: Sequence[int] = WORLDS,
-          archs: Sequence[int] = ARCHS, jobs: int | None = None, only: str | None = None) -> dict[str, Any]:
-    """Compile the G1 env's Warp modules into ``dest`` (Warp's cache layout); returns the child's record.
+def build(dest: Path, tree: Path, overlay: Path, assets_archives: Sequence[Path], *,
+          tasks: Sequence[str] = tuple(TASKS), worlds: Sequence[int] = WORLDS, archs: Sequence[int] = ARCHS,
+          jobs: int | None = None, only: str | None = None) -> dict[str, Any]:
+    """Compile the task owners' Warp modules into ``dest`` (Warp's cache layout); returns the child's record.
 
     ``tree`` is the applied UniLab tree and ``overlay`` its overlay (``make apply``); the tree is copied, with
-    ``assets_archive`` unpacked into its assets, so the checkout stays as the applier left it. ``only``: compile
-    only the modules whose name starts with it (the others are planned, not compiled; for tests).
+    each of ``assets_archives`` unpacked into its assets (the tasks' meshes), so the checkout stays as the
+    applier left it. Each task is planned at ``worlds`` and its own default world count; the record's ``tasks``
+    says which counts. ``only``: compile only the modules whose name starts with it (the others are planned, not
+    compiled; for tests).
     """
+    unknown = [task for task in tasks if task not in TASKS]
+    if unknown:
+        raise OfflineError(f"no Warp kernels are planned for {', '.join(unknown)}: the task owners are "
+                           f"{', '.join(TASKS)}")
     jobs = jobs or len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="warp-kernels-") as tmp:
         copy = Path(tmp) / "unilab"
         shutil.copytree(tree, copy, ignore=shutil.ignore_patterns(".git", "__pycache__"), symlinks=True)
-        with tarfile.open(assets_archive) as archive:
-            archive.extractall(copy / "src" / "unilab" / "assets", filter="data")
-        args = [sys.executable, "-m", "offline.warp_kernels", "--worlds", *map(str, worlds),
+        for assets_archive in assets_archives:
+            with tarfile.open(assets_archive) as archive:
+                archive.extractall(copy / "src" / "unilab" / "assets", filter="data")
+        args = [sys.executable, "-m", "offline.warp_kernels", "--tasks", *tasks, "--worlds", *map(str, worlds),
                 "--archs", *map(str, archs), "--jobs", str(jobs), *(["--only", only] if only else [])]
         proc = subprocess.run(args, cwd=copy, env=_child_env(copy, overlay, dest), capture_output=True,
                               text=True, check=False)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or not lines[-1].startswith("{"):
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise OfflineError(f"building MuJoCo Warp's kernels for G1 failed (exit {proc.returncode}): {last}")
+        raise OfflineError(f"building MuJoCo Warp's kernels for {', '.join(tasks)} failed "
+                           f"(exit {proc.returncode}): {last}")
     record = json.loads(lines[-1])
     failed = [entry for entry in record["modules"] if entry.get("failed")]
     if failed:
@@ -91,8 +112,15 @@ def build(dest: Path, tree: Path, overlay: Path, assets_archive: Path, *, worlds
     return record
 
 
-def _record_plan(worlds: Sequence[int]) -> list[tuple[Any, int]]:
-    """Every (module, block size) the mjwarp backend would build ahead on CUDA, for each world count."""
+#: A planned (module, block size) and the ``<task>:<worlds>`` labels it was planned for.
+Planned = tuple[Any, int, list[str]]
+
+
+def _record_plan(tasks: Sequence[str], worlds: Sequence[int]) -> tuple[list[Planned], list[dict[str, Any]]]:
+    """Every (module, block size) the mjwarp backend would build ahead on CUDA, for each task at each world count
+    given and at the task's own default ``algo.num_envs``, with what it was planned for; and per task its counts.
+
+    The labels let a caller tell one count's plan from another's without planning twice."""
     from unilab.base.env_factory import make_registry_env
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
     from flashsac_runtime.mjwarp import kernel_build
@@ -100,58 +128,88 @@ def _record_plan(worlds: Sequence[int]) -> list[tuple[Any, int]]:
 
     as_cuda = type("CudaLaunches", (), {"is_cuda": True})()  # the launches record a CUDA device's block sizes
     plan: dict[int, tuple[Any, tuple[int, ...]]] = {}
+    labels: dict[tuple[int, int], set[str]] = {}
+    label, set_const = "", False
 
     def record(wp_: Any, device: Any, calls: Any) -> Any:
         with kernel_build._launches_recorded(wp_, as_cuda) as builds:  # noqa: SLF001 - the build ahead's recorder
             calls()
+            if set_const:
+                _record_set_const(calls)
         launched = [(module, size) for module, sizes in builds.values() for size in sizes]
         every = [module for module, _ in builds.values()] + kernel_build.modules_to_build()
         for module, size in launched + [(module, module.options["block_dim"]) for module in every]:
             kernel_build._add(plan, module, size)  # noqa: SLF001
+            labels.setdefault((id(module), size), set()).add(label)
         raise _Recorded
 
+    counted: list[dict[str, Any]] = []
     built_ahead, backend.build_ahead = backend.build_ahead, record
     try:
-        for count in worlds:
-            cfg = _task_cfg(count)
-            override = build_offpolicy_env_cfg_override("flashsac", cfg)
-            try:
-                make_registry_env(str(cfg.training.task_name), str(cfg.training.sim_backend), count,
-                                  {**(override or {}), "seed": 0})
-            except _Recorded:
-                continue
-            raise OfflineError(f"the {count}-world env was built without reaching the backend's build ahead")
+        for task in tasks:
+            own = int(_task_cfg(task).algo.num_envs)  # the owner's default, as its config composes it
+            counts = sorted({*worlds, own})
+            counted.append({"task": task, "worlds": counts, "default_worlds": own})
+            for count in counts:
+                cfg = _task_cfg(task, count)
+                override = build_offpolicy_env_cfg_override("flashsac", cfg)
+                label, set_const = f"{task}:{count}", TASKS[task]
+                try:
+                    make_registry_env(str(cfg.training.task_name), str(cfg.training.sim_backend), count,
+                                      {**(override or {}), "seed": 0})
+                except _Recorded:
+                    continue
+                raise OfflineError(f"{task}'s {count}-world env was built without reaching the backend's "
+                                   f"build ahead")
     finally:
         backend.build_ahead = built_ahead
-    return [(module, size) for module, sizes in plan.values() for size in sizes]
+    planned = [(module, size, sorted(labels[(id(module), size)]))
+               for module, sizes in plan.values() for size in sizes]
+    return planned, counted
 
 
-def _task_cfg(count: int) -> Any:
-    """G1 Walk Flat's training config on ``mjwarp`` at ``count`` worlds, as the trainer composes it."""
+def _record_set_const(calls: Any) -> None:
+    """MuJoCo Warp's ``set_const_fixed`` and ``set_const`` on a scratch Data of the training data's shapes.
+
+    Why: a device env that randomizes mass or centre of mass (Go2's) follows its reset with them; their kernels
+    (the ``io`` module, ``factor_m``/``solve_m``'s tile Cholesky, a broadphase) are launched after the backend's
+    build ahead, so its recorded calls miss them. ``calls`` is the backend's bound ``_record_physics_calls``.
+    """
+    sim = calls.func.__self__  # the backend building the env
+    mjw = sim._mujoco_warp  # noqa: SLF001
+    scratch = mjw.make_data(sim._cpu_model, nworld=sim._num_envs, **calls.keywords)  # noqa: SLF001
+    mjw.set_const_fixed(sim._device_model, scratch)  # noqa: SLF001
+    mjw.set_const(sim._device_model, scratch)  # noqa: SLF001
+
+
+def _task_cfg(task: str, count: int | None = None) -> Any:
+    """``task``'s training config (FlashSAC's ``task=``) as the trainer composes it, at ``count`` worlds if given
+    (else at its own default ``algo.num_envs``)."""
     from hydra import compose, initialize_config_dir
 
+    overrides = [f"task={task}", *([f"algo.num_envs={count}"] if count is not None else [])]
     with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
-        return compose(config_name="config", overrides=["task=g1_walk_flat/mjwarp", f"algo.num_envs={count}"])
+        return compose(config_name="config", overrides=overrides)
 
 
-def _record_env_plan() -> list[tuple[Any, int]]:
+def _record_env_plan(labels: list[str]) -> list[Planned]:
     """The device env's own kernel (its step's timestamp, ``step_stamps``) at the block size a CUDA launch uses: it
-    holds no world count, so one module serves every count."""
+    holds no world count, so one module serves every count (``labels``: all that were planned)."""
     from flashsac_runtime.envs.step_stamps import StepStamps
 
     modules = {kernel.module.name: kernel.module for kernel in StepStamps.kernels()}
-    return [(module, module.options["block_dim"]) for module in modules.values()]
+    return [(module, module.options["block_dim"], labels) for module in modules.values()]
 
 
-def _compile(plan: list[tuple[Any, int]], archs: Sequence[int], jobs: int, only: str | None) -> list[dict]:
+def _compile(plan: list[Planned], archs: Sequence[int], jobs: int, only: str | None) -> list[dict]:
     """Compile each planned module (cubin, per arch) into Warp's kernel cache; one record per module and size."""
     from concurrent.futures import ThreadPoolExecutor
 
     import warp as wp
 
-    def one(item: tuple[Any, int]) -> dict[str, Any]:
-        module, size = item
-        entry: dict[str, Any] = {"module": module.name, "block_dim": size}
+    def one(item: Planned) -> dict[str, Any]:
+        module, size, labels = item
+        entry: dict[str, Any] = {"module": module.name, "block_dim": size, "planned_for": labels}
         try:
             module.get_module_hash(size)
             entry["id"] = module.get_module_identifier(size)
@@ -170,11 +228,12 @@ def _compile(plan: list[tuple[Any, int]], archs: Sequence[int], jobs: int, only:
 
 
 def _child(argv: list[str] | None = None) -> int:
-    """The child: plan at each world count, compile, print one JSON line."""
+    """The child: plan each task at each world count, compile, print one JSON line."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="offline.warp_kernels")
-    parser.add_argument("--worlds", type=int, nargs="+", required=True)
+    parser.add_argument("--tasks", nargs="+", required=True)
+    parser.add_argument("--worlds", type=int, nargs="*", default=[])
     parser.add_argument("--archs", type=int, nargs="+", required=True)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--only", default=None)
@@ -182,9 +241,10 @@ def _child(argv: list[str] | None = None) -> int:
     import warp as wp
 
     wp.config.log_level = wp.LOG_WARNING
-    plan = _record_plan(args.worlds) + _record_env_plan()
+    plan, tasks = _record_plan(args.tasks, args.worlds)
+    plan += _record_env_plan([f"{t['task']}:{count}" for t in tasks for count in t["worlds"]])
     modules = _compile(plan, args.archs, args.jobs, args.only)
-    print(json.dumps({"warp_version": wp.config.version, "worlds": args.worlds, "archs": args.archs,
+    print(json.dumps({"warp_version": wp.config.version, "tasks": tasks, "archs": args.archs,
                       "output": "cubin", "modules": modules}))
     return 0
 
