@@ -106,7 +106,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profile"))
 from collector_profile import build_env  # noqa: E402
 from device_env_build import (  # noqa: E402
     TASK, compose_cfg, make_device_env, seeded_actions, series_sha256, step_under, versions)
-from device_env_compare import REWARD_ATOL, max_abs, record_step_outputs, step_side_by_side  # noqa: E402
+from device_env_compare import (REWARD_ATOL, SideBySideRecord, max_abs, record_step_outputs,  # noqa: E402
+                                step_side_by_side)
 from device_env_controls import misplace_physics_stamp, perturb_reward  # noqa: E402
 from device_env_counts import DRAW_PARTS, PARTS, HostReads, OpCount, WarpLaunches, mark_step_graph  # noqa: E402
 from device_env_distribution import command_checks, pd_gains_checks, range_check, root_state_checks  # noqa: E402
@@ -130,15 +131,7 @@ def parity(args: argparse.Namespace) -> dict[str, Any]:
     out = dev.reset()
     actions = np.random.default_rng(args.action_seed).uniform(
         -1.0, 1.0, (args.steps, args.num_envs, dev.action_dim)).astype(np.float32)
-    worst = {"obs": 0.0, "critic": 0.0, "final_obs": 0.0, "final_critic": 0.0, "qpos": 0.0, "reward": 0.0}
-    first: dict[str, int] = {}
-    counts = {"terminated": 0, "truncated": 0, "done_mismatches": 0}
-
-    def record(step: int, key: str, value: float, limit: float = 0.0) -> None:
-        worst[key] = max(worst[key], value)
-        if value > limit and key not in first:
-            first[key] = step
-
+    record = SideBySideRecord(("obs", "critic", "final_obs", "final_critic", "qpos", "reward"))
     state = ref.state
     record(-1, "obs", max_abs(state.obs["obs"], out.policy_obs))
     record(-1, "critic", max_abs(state.obs["critic"], out.critic_obs))
@@ -148,15 +141,8 @@ def parity(args: argparse.Namespace) -> dict[str, Any]:
         record_step_outputs(record, t, state, out, dev.device)
         record(t, "qpos", max_abs(ref._backend.get_state(("qpos",))["qpos"], dev.sim.qpos))  # noqa: SLF001
         record(t, "reward", max_abs(state.reward, out.reward), REWARD_ATOL)
-        mismatch = int((state.terminated != out.terminated.cpu().numpy()).sum()
-                       + (state.truncated != out.truncated.cpu().numpy()).sum())
-        counts["done_mismatches"] += mismatch
-        if mismatch and "dones" not in first:
-            first["dones"] = t
-        counts["terminated"] += int(state.terminated.sum())
-        counts["truncated"] += int(state.truncated.sum())
-    return {"mode": "parity", "num_envs": args.num_envs, "steps": args.steps, "max_abs_diff": worst,
-            "reward_atol": REWARD_ATOL, "first_mismatch_step": first, "counts": counts, "equal": not first}
+        record.dones(t, state, out)
+    return record.result(mode="parity", num_envs=args.num_envs, steps=args.steps)
 
 
 def distribution(args: argparse.Namespace) -> dict[str, Any]:

@@ -40,6 +40,41 @@ def record_step_outputs(record: Any, step: int, state: Any, out: Any, device: to
             record(step, key, max_abs(final[group][done], tensor[torch.from_numpy(done).to(device)]))
 
 
+class SideBySideRecord:
+    """A run of UniLab's env beside a device env on identical inputs: the largest difference of each compared
+    quantity, the first step at which each exceeds its limit (none: equal), and the episode counts. Called as
+    ``record(step, key, value, limit=0.0)`` (``record_step_outputs`` takes it so)."""
+
+    def __init__(self, keys: tuple[str, ...], counts: tuple[str, ...] = ()) -> None:
+        self.worst = dict.fromkeys(keys, 0.0)
+        self.first: dict[str, int] = {}
+        self.counts = dict.fromkeys(("terminated", "truncated", "done_mismatches", *counts), 0)
+
+    def __call__(self, step: int, key: str, value: float, limit: float = 0.0) -> None:
+        self.worst[key] = max(self.worst[key], value)
+        if value > limit and key not in self.first:
+            self.first[key] = step
+
+    def dones(self, step: int, state: Any, out: Any) -> None:
+        """The step's terminations and time-outs, row by row (``dones``: the first step any row differs)."""
+        mismatch = int((state.terminated != out.terminated.cpu().numpy()).sum()
+                       + (state.truncated != out.truncated.cpu().numpy()).sum())
+        self.counts["done_mismatches"] += mismatch
+        if mismatch and "dones" not in self.first:
+            self.first["dones"] = step
+        self.counts["terminated"] += int(state.terminated.sum())
+        self.counts["truncated"] += int(state.truncated.sum())
+
+    @property
+    def equal(self) -> bool:
+        return not self.first
+
+    def result(self, **head: Any) -> dict[str, Any]:
+        """The run's JSON record: ``head`` (what was run), then the differences, their first steps and counts."""
+        return {**head, "max_abs_diff": self.worst, "reward_atol": REWARD_ATOL, "first_mismatch_step": self.first,
+                "counts": self.counts, "equal": self.equal}
+
+
 def same_array(a: Any, b: Any) -> bool:
     """Two Warp arrays bitwise equal (NaN where the other has NaN counts as equal)."""
     return bool(np.array_equal(a.numpy(), b.numpy(), equal_nan=True))

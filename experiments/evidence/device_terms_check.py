@@ -273,18 +273,25 @@ class Go2Task:
     def refusal(self) -> str | None:
         """The config's reward terms, then two without a twin, bound through ``twin_of`` in that order: the one-line
         refusal (it must name the first of the two)."""
-        from flashsac_runtime.envs import terms as T
         from unilab.tasks.locomotion.common import manager_terms as loco
 
-        rewards = [(name, func) for kind, name, func, _ in config_terms(self.env) if kind == "reward"]
         # a class term, as materialized (an instance; its state is not read)
-        rewards += [("stand_still", loco.stand_still_l1), ("feet_air", object.__new__(loco.feet_air_while_standing))]
-        try:
-            for name, func in rewards:
-                T.twin_of("reward", name, func)
-        except ValueError as exc:
-            return str(exc)
-        return None
+        return reward_refusal(self.env, [("stand_still", loco.stand_still_l1),
+                                         ("feet_air", object.__new__(loco.feet_air_while_standing))])
+
+
+def reward_refusal(env: Any, untwinned: list[tuple[str, Any]]) -> str | None:
+    """The config's reward terms, then ``untwinned`` (terms without a twin), bound through ``twin_of`` in that
+    order: the one-line refusal, or None where every term bound."""
+    from flashsac_runtime.envs import terms as T
+
+    rewards = [(name, func) for kind, name, func, _ in config_terms(env) if kind == "reward"] + untwinned
+    try:
+        for name, func in rewards:
+            T.twin_of("reward", name, func)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def sync_managers(env: Any, s: Any) -> None:

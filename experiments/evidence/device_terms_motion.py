@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import numpy as np
 import torch
-from device_terms_check import config_terms, host_env, host_state, sync_managers
+from device_terms_check import host_env, host_state, reward_refusal, sync_managers
 
 
 class MotionTask:
@@ -72,17 +72,9 @@ class MotionTask:
     def refusal(self) -> str | None:
         """The config's reward terms, then two motion rewards without a twin, bound through ``twin_of`` in that
         order: the one-line refusal (it must name the first of the two)."""
-        from flashsac_runtime.envs import terms as T
         from unilab.envs import mdp
         from unilab.tasks.motion_tracking.common import manager_terms as motion
 
-        rewards = [(name, func) for kind, name, func, _ in config_terms(self.env) if kind == "reward"]
         # a class term, as materialized (an instance; its state is not read)
-        rewards += [("body_pos_z", object.__new__(motion.motion_relative_body_position_z_error_exp)),
-                    ("action_acc", mdp.action_acc_l2)]
-        try:
-            for name, func in rewards:
-                T.twin_of("reward", name, func)
-        except ValueError as exc:
-            return str(exc)
-        return None
+        body_pos_z = object.__new__(motion.motion_relative_body_position_z_error_exp)
+        return reward_refusal(self.env, [("body_pos_z", body_pos_z), ("action_acc", mdp.action_acc_l2)])

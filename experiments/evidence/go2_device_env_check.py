@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_env_compare import REWARD_ATOL, max_abs, record_step_outputs  # noqa: E402
+from device_env_compare import REWARD_ATOL, SideBySideRecord, max_abs, record_step_outputs  # noqa: E402
 from device_env_distribution import (  # noqa: E402
     com_checks, command_checks, gravity_checks, mass_checks, pd_gains_checks, push_checks, root_state_checks)
 
@@ -158,15 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     out = dev.reset()
     actions = np.random.default_rng(args.action_seed).uniform(
         -1.0, 1.0, (args.steps, args.num_envs, dev.action_dim)).astype(np.float32)
-    keys = ("obs", "critic", "final_obs", "final_critic", "qpos", "qvel", "reward", "model")
-    worst = dict.fromkeys(keys, 0.0)
-    first: dict[str, int] = {}
-    counts = {"terminated": 0, "truncated": 0, "done_mismatches": 0, "pushes": 0}
-
-    def record(step: int, key: str, value: float, limit: float = 0.0) -> None:
-        worst[key] = max(worst[key], value)
-        if value > limit and key not in first:
-            first[key] = step
+    record = SideBySideRecord(("obs", "critic", "final_obs", "final_critic", "qpos", "qvel", "reward", "model"),
+                              counts=("pushes",))
+    counts = record.counts
 
     def compare_model(step: int) -> None:
         a, b = model_rows(ref), model_rows(dev.host_env)
@@ -192,16 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         record(t, "qvel", max_abs(got["qvel"], dev.sim.qvel))
         record(t, "reward", max_abs(state.reward, out.reward), REWARD_ATOL)
         compare_model(t)
-        mismatch = int((state.terminated != out.terminated.numpy()).sum() + (state.truncated != out.truncated.numpy()).sum())
-        counts["done_mismatches"] += mismatch
-        if mismatch and "dones" not in first:
-            first["dones"] = t
-        counts["terminated"] += int(state.terminated.sum())
-        counts["truncated"] += int(state.truncated.sum())
-    result = {"task": TASK, "num_envs": args.num_envs, "steps": args.steps, "max_abs_diff": worst,
-              "reward_atol": REWARD_ATOL, "first_mismatch_step": first, "counts": counts, "equal": not first}
-    print(json.dumps(result))
-    return 0 if not first else 1
+        record.dones(t, state, out)
+    print(json.dumps(record.result(task=TASK, num_envs=args.num_envs, steps=args.steps)))
+    return 0 if record.equal else 1
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_env_build import step_under  # noqa: E402
-from device_env_compare import REWARD_ATOL, max_abs, record_step_outputs  # noqa: E402
+from device_env_compare import REWARD_ATOL, SideBySideRecord, max_abs, record_step_outputs  # noqa: E402
 from device_env_counts import HostReads  # noqa: E402
 
 TASK = "g1_motion_tracking/mjwarp"
@@ -125,15 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     motion = dev.state.motion
     actions = np.random.default_rng(args.action_seed).uniform(
         -1.0, 1.0, (args.steps, args.num_envs, dev.action_dim)).astype(np.float32)
-    keys = ("obs", "critic", "final_obs", "final_critic", "qpos", "qvel", "reward", "frames", "bin_failed")
-    worst = dict.fromkeys(keys, 0.0)
-    first: dict[str, int] = {}
-    counts = {"terminated": 0, "truncated": 0, "done_mismatches": 0, "clip_ends": 0, "frames_reached": 0}
-
-    def record(step: int, key: str, value: float, limit: float = 0.0) -> None:
-        worst[key] = max(worst[key], value)
-        if value > limit and key not in first:
-            first[key] = step
+    record = SideBySideRecord(("obs", "critic", "final_obs", "final_critic", "qpos", "qvel", "reward", "frames",
+                               "bin_failed"), counts=("clip_ends", "frames_reached"))
+    counts = record.counts
 
     def compare_command(step: int) -> None:
         record(step, "frames", max_abs(command.time_steps, motion.time_steps))
@@ -153,19 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         record(t, "qvel", max_abs(got["qvel"], dev.sim.qvel))
         record(t, "reward", max_abs(state.reward, out.reward), REWARD_ATOL)
         compare_command(t)
-        mismatch = int((state.terminated != out.terminated.numpy()).sum()
-                       + (state.truncated != out.truncated.numpy()).sum())
-        counts["done_mismatches"] += mismatch
-        if mismatch and "dones" not in first:
-            first["dones"] = t
-        counts["terminated"] += int(state.terminated.sum())
-        counts["truncated"] += int(state.truncated.sum())
+        record.dones(t, state, out)
         counts["clip_ends"] += int(clip_end.sum())
         counts["frames_reached"] = max(counts["frames_reached"], int(command.time_steps.max()))
-    result = {"task": TASK, "num_envs": args.num_envs, "steps": args.steps, "max_abs_diff": worst,
-              "reward_atol": REWARD_ATOL, "first_mismatch_step": first, "counts": counts, "equal": not first}
-    print(json.dumps(result))
-    return 0 if not first else 1
+    print(json.dumps(record.result(task=TASK, num_envs=args.num_envs, steps=args.steps)))
+    return 0 if record.equal else 1
 
 
 if __name__ == "__main__":
