@@ -380,3 +380,61 @@ def test_the_collector_does_not_count_a_pause_the_learner_announced(patched_uni_
     assert answered is True and waited >= 1.4, result
     message, waited = result["unannounced"]  # the control: the same pause, not announced, times out
     assert message == "Timed out waiting for off-policy inference tick 7" and waited < 1.0, result
+
+
+ARTIFACTS = """
+import os, tempfile
+from pathlib import Path
+import torch._dynamo
+import uni_rl.algos.flash_sac.learner as learner_module
+from uni_rl.algos.common import compile as compile_module
+from uni_rl.offpolicy.double_buffer_runner import warm_up_cache_file
+from flashsac_runtime.learner.compile_behind import CompileBehind
+
+learner_module.get_torch_compile_for_cuda = lambda device, warn=False: (
+    lambda fn, options=None, **kwargs: torch.compile(fn, backend="eager", **kwargs))
+os.environ["FLASHSAC_COMPILE_CACHE_DIR"] = tempfile.mkdtemp()
+SHAPES = dict(num_envs=8, batch_size=32, updates_per_step=2, policy_frequency=2)
+obs = torch.zeros(8, 12)
+dry = lambda: {k: torch.zeros_like(v) for k, v in batch(0, 64).items()}
+
+real = Path(sys.argv[2]).read_bytes()
+
+def start(content):
+    l = learner(use_compile=True, compile_full_objectives=True)
+    path = warm_up_cache_file(l, obs_dim=12, **SHAPES)
+    compile_module._LOADED.clear()
+    for old in path.parent.glob("*"):
+        old.unlink()
+    if content is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    warmed = []
+    behind = CompileBehind.start(l, dry, obs, warm_up=lambda: warmed.append(1), **SHAPES)
+    helper = behind is not None and behind.process.is_alive()
+    if behind is not None:
+        behind.close()
+    return {"behind": behind is not None, "helper": helper, "deferred": l.compiled_paths_deferred,
+            "loaded": path in compile_module._LOADED}
+
+out = {"real": start(real), "damaged": start(b"not torch's artifacts"), "missing": start(None)}
+compile_module._LOADED.clear()
+print(json.dumps(out))
+"""
+
+
+def test_with_the_warm_ups_compile_artifacts_at_hand_nothing_compiles_behind(patched_uni_rl_root: Path,
+                                                                            tmp_path: Path) -> None:
+    """Where the warm-up's compile artifacts load (real ones, saved by torch after an Inductor compile here), the
+    learner compiles before tick 0 from them: no helper starts and nothing is deferred. Controls: a damaged
+    artifact file and a missing one each start the helper on a deferred learner, as before."""
+    saved = tmp_path / "real.bin"  # what torch saves after an Inductor compile on this CPU, in a process of its own
+    save = ("import sys, torch; torch.compile(lambda x: x.sin() * 2 + 1)(torch.randn(16)); "
+            "open(sys.argv[1], 'wb').write(torch.compiler.save_cache_artifacts()[0])")
+    proc = subprocess.run([sys.executable, "-c", save, str(saved)], capture_output=True, text=True, timeout=300,
+                          check=False, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))
+    assert proc.returncode == 0 and saved.stat().st_size > 0, proc.stderr[-3000:]
+    result = run_snippet(patched_uni_rl_root, ARTIFACTS.replace("sys.argv[2]", repr(str(saved))))
+    assert result["real"] == {"behind": False, "helper": False, "deferred": False, "loaded": True}, result
+    assert result["damaged"] == {"behind": True, "helper": True, "deferred": True, "loaded": False}, result
+    assert result["missing"] == {"behind": True, "helper": True, "deferred": True, "loaded": False}, result

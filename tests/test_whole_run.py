@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make, runnable_tree
+from conftest import PROJECT, make, runnable_tree
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "bench"))
-from whole_run import steady_state  # noqa: E402
+from whole_run import ARTIFACTS_LOADED, compiled_before_first_iteration, steady_state  # noqa: E402
 
 SHORT = ("algo.num_envs=16 algo.batch_size=32 algo.replay_buffer_n=8 algo.learning_starts=2 algo.max_iterations=3 "
          "algo.save_interval=0 training.collector=device")
@@ -67,3 +67,15 @@ def test_the_steady_state_window_is_the_last_500_or_the_second_half() -> None:
     assert abs(got["steady_env_steps_per_s"] - 250_000) < 1e-6
     # control: a window taking in the slow half would not read 4 ms
     assert steady_state(rows[:600])["steady_iter_ms_mean"] > 4.0
+
+
+def test_a_run_that_compiled_from_its_artifacts_is_compiled_from_its_first_iteration() -> None:
+    """The trainer's own line (``compile_behind.ARTIFACTS_LOADED``, read from runtime/) makes the first iteration
+    the compiled learner's; control: the same run without that line has no compiled time."""
+    text = (PROJECT / "runtime" / "flashsac_runtime" / "learner" / "compile_behind.py").read_text()
+    assert f'ARTIFACTS_LOADED = "{ARTIFACTS_LOADED}"' in text
+    record = {"launch_to_first_iteration_s": 21.5}
+    lines = ["   12.000 Warp 1.16.0 initialized:", f"   12.500 {ARTIFACTS_LOADED} (/c/artifacts-1.bin): ..."]
+    assert compiled_before_first_iteration(record, lines)["launch_to_compiled_s"] == 21.5
+    assert compiled_before_first_iteration(record, lines[:1]) == {}
+    assert compiled_before_first_iteration({**record, "launch_to_compiled_s": 40.0}, lines) == {}

@@ -138,7 +138,24 @@ def run(tree: Path, overrides: list[str], env: dict[str, str],
         record.update(summarize(run_dir, launch_unix))
     except RuntimeError as exc:
         record["error"] = str(exc)
+    record.update(compiled_before_first_iteration(record, lines))
     return record, lines
+
+
+#: The trainer's line when the warm-up's compile artifacts loaded and nothing compiles behind
+#: (``flashsac_runtime.learner.compile_behind.ARTIFACTS_LOADED``).
+ARTIFACTS_LOADED = "[compile behind] not needed: the warm-up's compile artifacts loaded"
+
+
+def compiled_before_first_iteration(record: dict[str, Any], lines: list[str]) -> dict[str, Any]:
+    """Where no swap was made because the compile artifacts loaded, the compiled learner serves from the first
+    iteration on: its launch → compiled is the first iteration's."""
+    if record.get("launch_to_compiled_s") is not None or record.get("launch_to_first_iteration_s") is None:
+        return {}
+    if not any(ARTIFACTS_LOADED in line for line in lines):
+        return {}
+    return {"launch_to_compiled_s": record["launch_to_first_iteration_s"],
+            "compiled_from": "compile artifacts, before the first iteration"}
 
 
 #: The compile helper's line when its warm-up is done (``flashsac_runtime.learner.compile_behind``).
