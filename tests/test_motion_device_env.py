@@ -97,6 +97,12 @@ def test_the_device_env_steps_unilabs_motion_tracking_trajectory(runs: SideBySid
     holds(rc, result, err)
     counts = result["counts"]
     assert counts["terminated"] >= 48 and counts["truncated"] >= 8 and counts["clip_ends"] >= 1, counts
+    # every episode that ended is measured, from its start: 0.6 s episodes are 30 steps at most (a row may
+    # terminate and time out at one step: one episode)
+    episodes = result["episodes"]
+    assert max(counts["terminated"], counts["truncated"]) <= episodes["finished"] \
+        <= counts["terminated"] + counts["truncated"], (episodes, counts)
+    assert 1 <= episodes["shortest"] <= episodes["mean_length"] <= 30, episodes
 
 
 def test_uniform_start_frames_hold_too(runs: SideBySide, request: pytest.FixtureRequest) -> None:

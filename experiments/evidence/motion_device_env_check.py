@@ -19,7 +19,8 @@ every host read a CUDA capture forbids (``device_env_counts.HostReads``); none m
 (its control) reads the clip's end through a 0-d tensor index in the clip-end termination.
 
 Prints one JSON line: the largest difference per quantity, the first step each exceeded its limit, the counts of
-terminations, time-outs and clip ends, and ``equal``. Exit 0 when equal, 1 when not, 2 when the device env refuses
+terminations, time-outs and clip ends, the finished episodes' lengths (``episodes``: how many, their mean, how many
+ended after one step), and ``equal``. Exit 0 when equal, 1 when not, 2 when the device env refuses
 the config (its one line on stderr).
 """
 
@@ -137,10 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     record(-1, "obs", max_abs(state.obs["obs"], out.policy_obs))
     record(-1, "critic", max_abs(state.obs["critic"], out.critic_obs))
     compare_command(-1)
+    running = torch.zeros(args.num_envs, dtype=torch.int64)
+    lengths: list[int] = []  # the device env's finished episodes, in steps (UniLab's env ends the same: compared)
     for t in range(args.steps):
         clip_end = command.time_steps >= command.sampler.current_clip_end_frames
         state = ref.step(actions[t])
         out = dev.step(torch.from_numpy(actions[t]))
+        running += 1
+        ended = (out.terminated | out.truncated).cpu()
+        lengths += running[ended].tolist()
+        running[ended] = 0
         record_step_outputs(record, t, state, out, dev.device)
         got = ref._backend.get_state(("qpos", "qvel"))  # noqa: SLF001
         record(t, "qpos", max_abs(got["qpos"], dev.sim.qpos))
@@ -150,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         record.dones(t, state, out)
         counts["clip_ends"] += int(clip_end.sum())
         counts["frames_reached"] = max(counts["frames_reached"], int(command.time_steps.max()))
-    print(json.dumps(record.result(task=TASK, num_envs=args.num_envs, steps=args.steps)))
+    episodes = {"finished": len(lengths), "mean_length": sum(lengths) / len(lengths) if lengths else None,
+                "of_length_1": lengths.count(1), "shortest": min(lengths, default=None)}
+    print(json.dumps(record.result(task=TASK, num_envs=args.num_envs, steps=args.steps, episodes=episodes)))
     return 0 if record.equal else 1
 
 
