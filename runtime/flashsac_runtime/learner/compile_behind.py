@@ -187,7 +187,8 @@ class CompileBehind:
         """Defer the learner's compiled paths and start the helper; None when nothing would compile, or when the
         warm-up's compile artifacts (this GPU's and torch's, for these shapes) load: then every compile of the
         warm-up before tick 0 is a cache hit, about as long as a swap's own warm-up, and a helper would only
-        delay the compiled learner (on an H200 from about 24 s after launch to 43 s)."""
+        delay the compiled learner: with a helper it served from 43.2 s after launch on an H200, from the first
+        iteration without one, 14.7 s after launch on an H100 (UniLab's default G1 run with its artifacts)."""
         from uni_rl.algos.common.compile import load_compile_artifacts
         from uni_rl.offpolicy.double_buffer_runner import warm_up_cache_file
 
