@@ -47,6 +47,10 @@ def _scalars(event_file: Path) -> dict[str, list[tuple[float, int, float]]]:
 
 #: The mean episode reward as uni_rl's off-policy logger writes it (logged once an episode has ended).
 REWARD_TAG = "reward/mean"
+#: The mean length of the last finished episodes, the trainer panel's "Ep Len".
+LENGTH_TAG = "episode/length"
+#: The run JSON keeps the episode length at every this many logged iterations (and the last): its course.
+LENGTH_EVERY = 50
 
 
 #: The steady-state window: the last 500 logged iterations (the project's statistics of a 1000-iteration run), or
@@ -88,6 +92,11 @@ def summarize(run_dir: Path, launch_unix: float) -> dict[str, Any]:
     out.update(steady_state(iterations))
     if scalars.get(REWARD_TAG):
         out.update(reward_tag=REWARD_TAG, reward_mean_last=scalars[REWARD_TAG][-1][2])
+    lengths = scalars.get(LENGTH_TAG, [])
+    if lengths:
+        course = [*lengths[::LENGTH_EVERY], *([lengths[-1]] if (len(lengths) - 1) % LENGTH_EVERY else [])]
+        out.update(episode_length_last=lengths[-1][2],
+                   episode_length_course=[[step, round(value, 3)] for _, step, value in course])
     summary_path = run_dir / "run_summary.json"
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text(encoding="utf-8"))

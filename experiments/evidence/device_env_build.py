@@ -1,8 +1,8 @@
-"""The G1 Walk Flat device env as the device env's checks and benches build it, and what their JSONs record.
+"""The device env as the device env's checks and benches build it, and what their JSONs record.
 
-Every check, bench and probe of the device env builds it here, from the UniLab tree's ``g1_walk_flat/mjwarp`` task
-config composed through Hydra (run from the tree root), through the collector's own env factory: so the env they
-check is the env training steps. ``machine``, ``versions`` and ``series_sha256`` are what each of their JSONs records.
+Every check, bench and probe of the device env builds it here, from the UniLab tree's task config (G1 Walk Flat's
+``g1_walk_flat/mjwarp`` unless ``task`` names another of ``TASKS``) composed through Hydra (run from the tree root),
+through the collector's own env factory: so the env they check is the env training steps. ``machine``, ``versions`` and ``series_sha256`` are what each of their JSONs records.
 """
 
 from __future__ import annotations
@@ -16,28 +16,36 @@ from typing import Any
 import torch
 
 TASK = "g1_walk_flat/mjwarp"
+#: The device env of each task the collector runs on the device: its Hydra task and its factory in
+#: ``flashsac_runtime.envs``.
+TASKS = {"g1_walk_flat": ("g1_walk_flat/mjwarp", "make_g1_walk_device_env"),
+         "go2_joystick_flat": ("go2_joystick_flat/mjwarp", "make_go2_joystick_device_env"),
+         "g1_motion_tracking": ("g1_motion_tracking/mjwarp", "make_g1_motion_tracking_device_env")}
 
 
-def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...]) -> Any:
+def compose_cfg(num_envs: int, seed: int, overrides: tuple[str, ...], task: str = "g1_walk_flat") -> Any:
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(Path("src/unilab/conf/flashsac").resolve()), version_base="1.3"):
-        return compose(config_name="config", overrides=[f"task={TASK}", f"algo.num_envs={num_envs}",
+        return compose(config_name="config", overrides=[f"task={TASKS[task][0]}", f"algo.num_envs={num_envs}",
                                                         f"algo.seed={seed}", *overrides])
 
 
 def make_device_env(num_envs: int, seed: int, overrides: tuple[str, ...], numpy_draws: bool,
                     graph: bool = True, sensors_every_substep: bool = False, acceleration_sensors: bool = False,
-                    draws_ahead: bool = False, reset_only_when_done: bool = False) -> Any:
-    from flashsac_runtime.envs import make_g1_walk_device_env
+                    draws_ahead: bool = False, reset_only_when_done: bool = False,
+                    task: str = "g1_walk_flat") -> Any:
+    import flashsac_runtime.envs as envs
     from unilab.scripts.train_offpolicy import build_offpolicy_env_cfg_override
 
-    override = build_offpolicy_env_cfg_override("flashsac", compose_cfg(num_envs, seed, overrides))
+    override = build_offpolicy_env_cfg_override("flashsac", compose_cfg(num_envs, seed, overrides, task))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return make_g1_walk_device_env(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
-                                   graph=graph, sensors_every_substep=sensors_every_substep,
-                                   acceleration_sensors=acceleration_sensors, draws_ahead=draws_ahead,
-                                   reset_only_when_done=reset_only_when_done)
+    # Only G1 Walk Flat's factory chooses its acceleration stage; the other tasks' factories fix theirs.
+    extra = {"acceleration_sensors": acceleration_sensors} if task == "g1_walk_flat" else {}
+    return getattr(envs, TASKS[task][1])(num_envs, device, seed, env_cfg_override=override, numpy_draws=numpy_draws,
+                                         graph=graph, sensors_every_substep=sensors_every_substep,
+                                         draws_ahead=draws_ahead, reset_only_when_done=reset_only_when_done,
+                                         **extra)
 
 
 def machine() -> dict[str, Any]:

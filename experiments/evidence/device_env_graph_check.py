@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The device env's CUDA graphs on a GPU: their memory, the draws taken ahead, the reset's condition, a failed capture,
-the step's timestamps of its parts.
+the step's timestamps of its parts, the graphed step against the eager one.
 
 Run on a CUDA host from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``device_evidence.sh
-env-graph``); on a machine without CUDA it says so in one line and exits 2. G1 Walk Flat's device env from the
-tree's ``g1_walk_flat/mjwarp`` config (``device_env_build.make_device_env``), seeded uniform actions.
+env-graph``); on a machine without CUDA it says so in one line and exits 2. The device env of ``--task`` (G1 Walk
+Flat by default) from the tree's config of that task on ``mjwarp`` (``device_env_build.make_device_env``), seeded
+uniform actions.
 
   memory    after the env's first reset (which captures its step), every byte of the cached free memory of
             torch's shared pool on the env's stream is taken by sentinel probes; ``--steps`` graph replays
@@ -39,6 +40,11 @@ tree's ``g1_walk_flat/mjwarp`` config (``device_env_build.make_device_env``), se
             ``SPLIT_CLOCK_SLACK_MS``: the device clock and the events are two clocks), and a physics part of at
             least half the step (at 256 envs it is most of it). ``--misplaced-stamp`` takes the physics' stamp
             before the physics (``device_env_controls.misplace_physics_stamp``): the control, which must fail.
+  twin      the step's CUDA graph against the same env stepped eagerly (``_run_twin``), ``--steps`` steps each from
+            the same seed and draws: both must end the same episodes until their physics part by more than
+            ``TWIN_ATOL`` (MuJoCo Warp's contact order is not fixed from run to run), and their finished episodes'
+            mean lengths must agree within ``TWIN_LENGTH_RTOL``; the JSON has both runs' episode counts, mean lengths
+            and one-step episodes. ``--condition-unset`` (its control, as in reset) must fail.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 without CUDA.
 """
@@ -55,7 +61,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_env_build import make_device_env, seeded_actions, series_sha256, versions  # noqa: E402
+from device_env_build import TASKS, make_device_env, seeded_actions, series_sha256, versions  # noqa: E402
 from device_env_controls import misplace_physics_stamp  # noqa: E402
 
 SENTINEL = 7.0
@@ -65,6 +71,10 @@ MAX_PROBES = 200_000
 #: How far the env's parts may exceed the replay's event time (ms): two clocks of one GPU, each read at its own
 #: resolution (``%globaltimer`` updates every microsecond or less).
 SPLIT_CLOCK_SLACK_MS = 0.01
+#: twin: a step's outputs differing by more than this are two runs whose physics have parted.
+TWIN_ATOL = 1e-4
+#: twin: how far the graphed env's mean episode length may lie from the eager env's, relative to it.
+TWIN_LENGTH_RTOL = 0.1
 
 
 def fill_cached_memory(dev: Any) -> list[torch.Tensor]:
@@ -83,7 +93,7 @@ def fill_cached_memory(dev: Any) -> list[torch.Tensor]:
 def memory(args: argparse.Namespace) -> dict[str, Any]:
     if args.shared_pool:  # the control: the capture without the env's own pool
         torch.cuda.use_mem_pool = lambda pool, device=None: contextlib.nullcontext()
-    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False)
+    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, task=args.task)
     dev.reset()
     probes = fill_cached_memory(dev)
     actions = seeded_actions(dev, args.steps)
@@ -105,8 +115,9 @@ def draws(args: argparse.Namespace) -> dict[str, Any]:
     # Each device env makes its own stream Warp's current stream: the graphed env is built last, so that its
     # capture records its own physics (the eager env's physics then runs on the graphed env's stream, unordered
     # with its torch work; the draws compared here do not depend on it).
-    eager = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=True)
-    graphed = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, draws_ahead=True)
+    eager = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=True,
+                            task=args.task)
+    graphed = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, draws_ahead=True, task=args.task)
     graphed.reset()  # a reset, one eager step (its next draws taken), the capture (no draw), a reset
     eager.reset()  # the same draws, in the same order
     eager.step(torch.zeros((eager.num_envs, eager.action_dim), device=eager.device))
@@ -128,7 +139,8 @@ def draws(args: argparse.Namespace) -> dict[str, Any]:
 
 def reset(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
-                          numpy_draws=False, draws_ahead=True, reset_only_when_done=not args.every_step)
+                          numpy_draws=False, draws_ahead=True, reset_only_when_done=not args.every_step,
+                          task=args.task)
     if args.condition_unset:  # the control: the reset's condition never set in the step's graph
         when_any = dev.sim.when_any
         dev.sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)
@@ -160,7 +172,7 @@ def reset(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def failed(args: argparse.Namespace) -> dict[str, Any]:
-    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False)
+    dev = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, task=args.task)
     terminate = dev._terminate  # noqa: SLF001
 
     def with_host_read() -> None:
@@ -193,7 +205,7 @@ def failed(args: argparse.Namespace) -> dict[str, Any]:
 
 def split(args: argparse.Namespace) -> dict[str, Any]:
     dev = make_device_env(args.num_envs, args.seed, (f"env.max_episode_seconds={args.episode_seconds}",),
-                          numpy_draws=False, draws_ahead=True, reset_only_when_done=True)
+                          numpy_draws=False, draws_ahead=True, reset_only_when_done=True, task=args.task)
     if args.misplaced_stamp:
         misplace_physics_stamp(dev)
     dev.reset()  # captures the step, stamps included
@@ -222,9 +234,75 @@ def split(args: argparse.Namespace) -> dict[str, Any]:
             "steps_holding": len(good), "holds": captured and len(good) == args.steps}
 
 
+def _run_twin(dev: Any, steps: int) -> dict[str, Any]:
+    """``steps`` seeded steps of ``dev``: its outputs on the host, step by step, and its finished episodes' lengths."""
+    actions = seeded_actions(dev, steps)
+    length = torch.zeros(dev.num_envs, dtype=torch.int64, device=dev.device)
+    lengths: list[torch.Tensor] = []
+    outputs: list[dict[str, torch.Tensor]] = []
+    for t in range(steps):
+        out = dev.step(actions[t])
+        done = out.terminated | out.truncated
+        length += 1
+        lengths.append(length[done].cpu())
+        length.masked_fill_(done, 0)
+        outputs.append({"policy_obs": out.policy_obs.cpu(), "reward": out.reward.cpu(),
+                        "terminated": out.terminated.cpu(), "truncated": out.truncated.cpu()})
+    ended = torch.cat(lengths).double()
+    return {"outputs": outputs, "episodes": {
+        "count": int(ended.numel()), "mean_length": float(ended.mean()) if ended.numel() else None,
+        "one_step": int((ended == 1).sum())}}
+
+
+def twin(args: argparse.Namespace) -> dict[str, Any]:
+    """The step's CUDA graph (the training form: draws ahead, the reset only on a step with a done row) against the
+    same env stepped eagerly from the same seed, one after the other: the same draws (the eager env resets, takes
+    one step of zero actions and resets again, as the graphed env does around its capture), the same seeded
+    actions."""
+    graphed = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, draws_ahead=True,
+                              reset_only_when_done=True, task=args.task)
+    if args.condition_unset:  # the control: the reset's condition never set in the step's graph
+        when_any = graphed.sim.when_any
+        graphed.sim.when_any = lambda rows, body: when_any(torch.zeros_like(rows), body)
+    graphed.reset()
+    status = graphed.graph_status
+    by_graph = _run_twin(graphed, args.steps)
+    del graphed
+    torch.cuda.synchronize()
+    eager = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, graph=False, draws_ahead=True,
+                            reset_only_when_done=True, task=args.task)
+    eager.reset()
+    if status != "off":  # the graphed env's step before its capture, and its reset after it
+        eager.step(torch.zeros((eager.num_envs, eager.action_dim), device=eager.device))
+        eager.reset()
+    by_eager = _run_twin(eager, args.steps)
+    first_diverged = first_done_differs = None
+    largest = 0.0
+    for t, (g, e) in enumerate(zip(by_graph["outputs"], by_eager["outputs"])):
+        diff = max(float((g[k].double() - e[k].double()).abs().max()) for k in ("policy_obs", "reward"))
+        largest = max(largest, diff)
+        if first_diverged is None and diff > TWIN_ATOL:
+            first_diverged = t
+        if first_done_differs is None and not (torch.equal(g["terminated"], e["terminated"])
+                                               and torch.equal(g["truncated"], e["truncated"])):
+            first_done_differs = t
+    # Until the two runs' physics part (MuJoCo Warp's contact order is not fixed from run to run), they end the same
+    # episodes; after it, their episode lengths must still agree in the mean.
+    g_mean, e_mean = by_graph["episodes"]["mean_length"], by_eager["episodes"]["mean_length"]
+    same_until_diverged = first_done_differs is None or (first_diverged is not None
+                                                          and first_done_differs >= first_diverged)
+    lengths_agree = g_mean is not None and e_mean is not None and abs(g_mean - e_mean) <= TWIN_LENGTH_RTOL * e_mean
+    return {"mode": "twin", "task": args.task, "condition_unset_control": bool(args.condition_unset),
+            "graph_status": status, "first_step_diverged": first_diverged,
+            "first_step_dones_differ": first_done_differs, "largest_difference": largest,
+            "episodes_graph": by_graph["episodes"], "episodes_eager": by_eager["episodes"],
+            "holds": status == "captured" and same_until_diverged and lengths_agree}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("memory", "draws", "reset", "failed", "split"), required=True)
+    parser.add_argument("--mode", choices=("memory", "draws", "reset", "failed", "split", "twin"), required=True)
+    parser.add_argument("--task", choices=sorted(TASKS), default="g1_walk_flat")
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
@@ -232,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offset-shifted", action="store_true", help="draws: the negative control")
     parser.add_argument("--episode-seconds", type=float, default=0.2,
                         help="reset, split: the episode length (time-outs)")
-    parser.add_argument("--condition-unset", action="store_true", help="reset: a negative control")
+    parser.add_argument("--condition-unset", action="store_true", help="reset, twin: a negative control")
     parser.add_argument("--every-step", action="store_true", help="reset: a negative control")
     parser.add_argument("--leave-open", action="store_true",
                         help="failed: the negative control (torch's half-open capture not closed)")
@@ -241,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("device_env_graph_check: needs a CUDA device (the env's CUDA graphs)", file=sys.stderr)
         return 2
-    result = {"memory": memory, "draws": draws, "reset": reset, "failed": failed, "split": split}[args.mode](args)
+    result = {"memory": memory, "draws": draws, "reset": reset, "failed": failed, "split": split,
+              "twin": twin}[args.mode](args)
     result.update(num_envs=args.num_envs, steps=args.steps, device=torch.cuda.get_device_name(),
                   versions=versions(), series_sha256=series_sha256())
     print(json.dumps(result))
