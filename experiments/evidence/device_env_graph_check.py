@@ -44,7 +44,10 @@ uniform actions.
             the same seed and draws: both must end the same episodes until their physics part by more than
             ``TWIN_ATOL`` (MuJoCo Warp's contact order is not fixed from run to run), and their finished episodes'
             mean lengths must agree within ``TWIN_LENGTH_RTOL``; the JSON has both runs' episode counts, mean lengths
-            and one-step episodes. ``--condition-unset`` (its control, as in reset) must fail.
+            and one-step episodes. Controls, each must fail: ``--condition-unset`` (as in reset);
+            ``--rebind-state`` (motion tracking) stores the command's robot and relative state by binding new
+            tensors (``terms.motion_tracking._store`` undone), so that the graph's next step reads the storage of
+            its capture, stale.
 
 Prints one JSON; exit 0 when the check holds, 1 when it does not, 2 without CUDA.
 """
@@ -259,6 +262,10 @@ def twin(args: argparse.Namespace) -> dict[str, Any]:
     same env stepped eagerly from the same seed, one after the other: the same draws (the eager env resets, takes
     one step of zero actions and resets again, as the graphed env does around its capture), the same seeded
     actions."""
+    if args.rebind_state:  # the control: the motion state stored by binding new tensors, not into the held ones
+        from flashsac_runtime.envs.terms import motion_tracking
+
+        motion_tracking._store = lambda held, key, value: held.__setitem__(key, value)  # noqa: SLF001
     graphed = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, draws_ahead=True,
                               reset_only_when_done=True, task=args.task)
     if args.condition_unset:  # the control: the reset's condition never set in the step's graph
@@ -293,6 +300,7 @@ def twin(args: argparse.Namespace) -> dict[str, Any]:
                                                           and first_done_differs >= first_diverged)
     lengths_agree = g_mean is not None and e_mean is not None and abs(g_mean - e_mean) <= TWIN_LENGTH_RTOL * e_mean
     return {"mode": "twin", "task": args.task, "condition_unset_control": bool(args.condition_unset),
+            "rebind_state_control": bool(args.rebind_state),
             "graph_status": status, "first_step_diverged": first_diverged,
             "first_step_dones_differ": first_done_differs, "largest_difference": largest,
             "episodes_graph": by_graph["episodes"], "episodes_eager": by_eager["episodes"],
@@ -312,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="reset, split: the episode length (time-outs)")
     parser.add_argument("--condition-unset", action="store_true", help="reset, twin: a negative control")
     parser.add_argument("--every-step", action="store_true", help="reset: a negative control")
+    parser.add_argument("--rebind-state", action="store_true", help="twin (motion tracking): a negative control")
     parser.add_argument("--leave-open", action="store_true",
                         help="failed: the negative control (torch's half-open capture not closed)")
     parser.add_argument("--misplaced-stamp", action="store_true", help="split: the negative control")

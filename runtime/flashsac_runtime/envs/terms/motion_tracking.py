@@ -102,7 +102,19 @@ def read_robot_bodies(s: DeviceEnvState) -> None:
     m = _motion(s)
     for key, prefix in (("pos", "track_pos_w"), ("quat", "track_quat_w"), ("lin_vel", "track_linvel_w"),
                         ("ang_vel", "track_angvel_w")):
-        m.robot[key] = torch.stack([s.sim.sensor(f"{prefix}_{body}") for body in m.body_names], dim=1).to(F32)
+        _store(m.robot, key, torch.stack([s.sim.sensor(f"{prefix}_{body}") for body in m.body_names], dim=1).to(F32))
+
+
+def _store(held: dict[str, torch.Tensor], key: str, value: torch.Tensor) -> None:
+    """``held[key]`` set to ``value``, into the tensor already there (its storage stays the same).
+
+    The next step's rewards and terminations read what this step stored: in the step's CUDA graph they read the
+    address they read at its capture, so every store after the first must write there, never bind a new tensor
+    (a new one would leave the graph reading the first one's storage, stale and returned to the allocator)."""
+    if key in held:
+        held[key].copy_(value)
+    else:
+        held[key] = value
 
 
 def refresh_relative_state(s: DeviceEnvState) -> None:
@@ -126,20 +138,20 @@ def refresh_relative_state(s: DeviceEnvState) -> None:
 
     anchor_quat_b = anchor_quat[:, None].expand_as(robot_quat)
     relative = m.relative
-    relative["anchor_pos_b"] = _apply_inverse(anchor_quat, m.body_pos_w[:, a] - anchor_pos)
-    relative["anchor_ori_b"] = _rot6d(quat_mul(_conjugate(anchor_quat), motion_anchor_quat))
+    _store(relative, "anchor_pos_b", _apply_inverse(anchor_quat, m.body_pos_w[:, a] - anchor_pos))
+    _store(relative, "anchor_ori_b", _rot6d(quat_mul(_conjugate(anchor_quat), motion_anchor_quat)))
     zero = torch.zeros_like(delta_w)
     delta = torch.stack([delta_w, zero, zero, delta_z], dim=-1)[:, None].expand(-1, len(m.body_names), -1)
-    relative["body_quat_relative_w"] = quat_mul(delta, m.body_quat_w.double()).to(F32)
+    _store(relative, "body_quat_relative_w", quat_mul(delta, m.body_quat_w.double()).to(F32))
     v = m.body_pos_local_w - motion_anchor_local[:, None]
     vx, vy = v[..., 0].double(), v[..., 1].double()
     yc, yz2 = yaw_cross[:, None], yaw_z2[:, None]
-    relative["body_pos_relative_w"] = torch.stack([
+    _store(relative, "body_pos_relative_w", torch.stack([
         ((vx - yc * vy) - yz2 * vx + anchor_pos[:, None, 0].double()).to(F32),
         ((vy + yc * vx) - yz2 * vy + anchor_pos[:, None, 1].double()).to(F32),
-        v[..., 2] + motion_anchor_local[:, None, 2]], dim=-1)
-    relative["robot_body_pos_b"] = _apply_inverse(anchor_quat_b, robot_pos - anchor_pos[:, None])
-    relative["robot_body_ori_b"] = _rot6d(quat_mul(_conjugate(anchor_quat_b), robot_quat))
+        v[..., 2] + motion_anchor_local[:, None, 2]], dim=-1))
+    _store(relative, "robot_body_pos_b", _apply_inverse(anchor_quat_b, robot_pos - anchor_pos[:, None]))
+    _store(relative, "robot_body_ori_b", _rot6d(quat_mul(_conjugate(anchor_quat_b), robot_quat)))
 
 
 # --- observations -----------------------------------------------------------------------------------------
