@@ -286,6 +286,7 @@ def test_draws_taken_ahead_leave_the_same_step(checks: SideBySide, request: pyte
 def test_the_step_with_draws_ahead_reads_nothing_on_the_host(checked: tuple[int, dict, str]) -> None:
     rc, result, err = checked
     assert rc == 0 and result["host_reads"] == [] and result["calls"] == 0, (result, err[-3000:])
+    assert result["rebound"] == [], result  # the step's CUDA graph reads the addresses of its capture
 
 
 def test_a_failed_capture_steps_on_with_the_draws_it_would_have_taken(checks: SideBySide,

@@ -9,7 +9,9 @@ bitwise equal, rewards within 1e-6; also with ``sampling_mode=uniform``. Control
 wider by 0.01 (the first reset), the tracked bodies' sensors left a substep behind (the first step's rewards). A
 sampling mode without a device form is refused in one line naming it. As training builds it (its own torch draws,
 draws ahead, the reset only on a step with a done row) its step reads nothing on the host, which a CUDA capture
-forbids (control: a 0-d tensor index in the clip-end termination is found). UniLab's command line trains 3 iterations on
+forbids (control: a 0-d tensor index in the clip-end termination is found), and every tensor of its state keeps its
+storage from step to step, since the step's CUDA graph reads the addresses of its capture (control: the command's
+robot and relative state bound anew are found). UniLab's command line trains 3 iterations on
 it with ``training.collector=device``, which finds its factory by task and backend (unilab 0009).
 """
 
@@ -77,6 +79,8 @@ def runs(request: pytest.FixtureRequest, applied_session: tuple[Path, Path],
                                                                           "--steps", "40"),
         "test_a_0d_tensor_index_is_a_host_read": lambda: check(tree, overlay, "--host-reads", "--steps", "3",
                                                                "--broken-index"),
+        "test_a_state_bound_anew_is_reported": lambda: check(tree, overlay, "--host-reads", "--steps", "3",
+                                                             "--rebind-state"),
         "test_unilabs_command_line_trains_on_it": lambda: train(tree, overlay, base / "run"),
     })
     yield started
@@ -134,6 +138,15 @@ def test_the_training_step_reads_nothing_on_the_host(runs: SideBySide, request: 
     rc, result, err = runs.result(request)
     assert rc == 0 and result["host_reads"] == [] and result["calls"] == 0, (result, err[-3000:])
     assert result["describe"]["draws_ahead"] == "true" and result["describe"]["reset"] == "when_done", result
+    # the state the next step reads stays in its storage (a step's CUDA graph reads the addresses of its capture)
+    assert result["rebound"] == [], result
+
+
+def test_a_state_bound_anew_is_reported(runs: SideBySide, request: pytest.FixtureRequest) -> None:
+    rc, result, err = runs.result(request)
+    assert rc == 1 and result["host_reads"] == [], (result, err[-3000:])
+    assert "state.motion.relative.body_pos_relative_w" in result["rebound"], result
+    assert "state.motion.robot.pos" in result["rebound"], result
 
 
 def test_a_0d_tensor_index_is_a_host_read(runs: SideBySide, request: pytest.FixtureRequest) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,11 +85,14 @@ def seeded_actions(dev: Any, steps: int) -> torch.Tensor:
     return (actions * 2 - 1).to(dev.device)
 
 
-def step_under(dev: Any, mode: Any, steps: int) -> None:
-    """Reset, one warm-up step (as before the step's CUDA graph is recorded), then ``steps`` seeded steps in ``mode``."""
+def step_under(dev: Any, mode: Any, steps: int, after_warm_up: Callable[[], None] | None = None) -> None:
+    """Reset, one warm-up step (as before the step's CUDA graph is recorded), ``after_warm_up`` if given, then
+    ``steps`` seeded steps in ``mode``."""
     dev.reset()
     actions = seeded_actions(dev, steps + 1)
     dev.step(actions[0])
+    if after_warm_up is not None:
+        after_warm_up()
     with mode:
         for t in range(1, steps + 1):
             dev.step(actions[t])

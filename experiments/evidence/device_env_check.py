@@ -25,8 +25,10 @@ tree's ``g1_walk_flat/mjwarp`` task config through the collector's own env facto
                 CUDA capture forbids: ``item``/``tolist``/``bool``/``int``/``float``/``numpy``/``cpu``, ``nonzero``,
                 an index that is a 0-d or boolean tensor (read on the host), and tensors made from host data.
                 On the CPU these cost nothing, on CUDA each is a sync that breaks the step's graph: none may
-                occur. ``--broken-index`` puts back a 0-d tensor index in the height termination: it must fail.
-                ``--draws-ahead`` checks the env taking its draws ahead.
+                occur; nor may a tensor of the env's state change its storage across the steps (``rebound``:
+                the step's graph reads the addresses of its capture). ``--broken-index`` puts back a 0-d tensor
+                index in the height termination: it must fail. ``--draws-ahead`` checks the env taking its draws
+                ahead.
   ops           not a check but a count: the ATen operations of ``--steps`` eager env steps (own torch draws,
                 after one warm-up step), each under the innermost env method (``PARTS``) on the Python stack when
                 it runs, split into compute operations (on CUDA each launches at least one kernel into the
@@ -109,7 +111,8 @@ from device_env_build import (  # noqa: E402
 from device_env_compare import (REWARD_ATOL, SideBySideRecord, max_abs, record_step_outputs,  # noqa: E402
                                 step_side_by_side)
 from device_env_controls import misplace_physics_stamp, perturb_reward  # noqa: E402
-from device_env_counts import DRAW_PARTS, PARTS, HostReads, OpCount, WarpLaunches, mark_step_graph  # noqa: E402
+from device_env_counts import (  # noqa: E402
+    DRAW_PARTS, PARTS, HostReads, OpCount, WarpLaunches, held_storage, mark_step_graph, rebound)
 from device_env_distribution import command_checks, pd_gains_checks, range_check, root_state_checks  # noqa: E402
 
 #: What ``--mode step-split`` adds to one part of every step (milliseconds): far above a step part's noise on the CPU
@@ -186,10 +189,12 @@ def host_reads(args: argparse.Namespace) -> dict[str, Any]:
         dev._terminations = [(height if twin is terms.common.root_height_below_minimum else twin, params, time_out)  # noqa: SLF001
                              for twin, params, time_out in dev._terminations]  # noqa: SLF001
     mode = HostReads()
-    step_under(dev, mode, args.steps)
+    held: dict[str, int] = {}
+    step_under(dev, mode, args.steps, lambda: held.update(held_storage(dev.state)))
     found = sorted(set(mode.found))
+    moved = rebound(held, held_storage(dev.state))
     return {"mode": "host-reads", "steps": args.steps, "host_reads": found, "calls": len(mode.found),
-            "equal": not found}
+            "rebound": moved, "equal": not found and not moved}
 
 
 def ops(args: argparse.Namespace) -> dict[str, Any]:

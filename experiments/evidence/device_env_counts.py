@@ -7,6 +7,7 @@ step's graph) and as figures (compute operations and launches per step, which sa
 from __future__ import annotations
 
 import collections
+import dataclasses
 import traceback
 from typing import Any
 
@@ -36,6 +37,34 @@ class HostReads(torch.overrides.TorchFunctionMode):
                     self.found.append(f"{name} with a {'0-d' if item.dim() == 0 else 'boolean'} tensor index")
         return func(*args, **(kwargs or {}))
 
+
+
+def held_storage(root: Any, path: str = "state") -> dict[str, int]:
+    """Each tensor reachable from ``root`` (a device env's state) through dataclass fields, dicts, lists and
+    tuples, by its path: the address of its storage.
+
+    A step's CUDA graph reads and writes the addresses it saw at its capture, so a state the next step reads must
+    stay in the same storage from step to step (written into, never bound anew): two of these maps, before and after
+    steps, must be equal (``rebound``)."""
+    if isinstance(root, torch.Tensor):
+        return {path: root.untyped_storage().data_ptr()}
+    if dataclasses.is_dataclass(root) and not isinstance(root, type):
+        items = ((f.name, getattr(root, f.name)) for f in dataclasses.fields(root))
+    elif isinstance(root, dict):
+        items = ((str(key), value) for key, value in root.items())
+    elif isinstance(root, (list, tuple)):
+        items = ((str(i), value) for i, value in enumerate(root))
+    else:
+        return {}
+    found: dict[str, int] = {}
+    for name, value in items:
+        found.update(held_storage(value, f"{path}.{name}"))
+    return found
+
+
+def rebound(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    """The paths of ``held_storage`` whose storage changed, appeared or went between two maps."""
+    return sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
 
 #: The device env's methods an ATen operation is counted under (the innermost one on the stack), in step order.
 PARTS = ("step", "_terminate", "_reward", "_advance_command", "_observe", "_reset_rows", "_update_curriculum",

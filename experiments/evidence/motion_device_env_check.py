@@ -15,8 +15,11 @@ leaves the tracked bodies' sensors a substep behind (the rewards must differ).
 
 ``--host-reads``: instead, the device env as training builds it (its own torch draws, draws ahead, the reset only
 on a step with a done row) steps ``--steps`` times after a warm-up step under a torch function mode that records
-every host read a CUDA capture forbids (``device_env_counts.HostReads``); none may occur. ``--broken-index``
-(its control) reads the clip's end through a 0-d tensor index in the clip-end termination.
+every host read a CUDA capture forbids (``device_env_counts.HostReads``); none may occur. And every tensor of the
+env's state must keep its storage across the steps (``device_env_counts.held_storage``): the step's CUDA graph
+reads the addresses of its capture. Controls: ``--broken-index`` reads the clip's end through a 0-d tensor index
+in the clip-end termination; ``--rebind-state`` stores the command's robot and relative state by binding new
+tensors.
 
 Prints one JSON line: the largest difference per quantity, the first step each exceeded its limit, the counts of
 terminations, time-outs and clip ends, the finished episodes' lengths (``episodes``: how many, their mean, how many
@@ -38,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_env_build import step_under  # noqa: E402
 from device_env_compare import REWARD_ATOL, SideBySideRecord, max_abs, record_step_outputs  # noqa: E402
-from device_env_counts import HostReads  # noqa: E402
+from device_env_counts import HostReads, held_storage, rebound  # noqa: E402
 
 TASK = "g1_motion_tracking/mjwarp"
 
@@ -61,8 +64,10 @@ def build(num_envs: int, seed: int, extra: tuple[str, ...]) -> tuple[Any, Any]:
     return ref, dev
 
 
-def host_reads(num_envs: int, seed: int, steps: int, extra: tuple[str, ...], broken_index: bool) -> dict[str, Any]:
-    """The host reads of the training form's steps (none may occur), with the control's broken index if asked."""
+def host_reads(num_envs: int, seed: int, steps: int, extra: tuple[str, ...], broken_index: bool,
+               rebind_state: bool = False) -> dict[str, Any]:
+    """The host reads of the training form's steps and the state's tensors whose storage they changed (neither may
+    occur), with a control if asked."""
     from hydra import compose, initialize_config_dir
 
     from flashsac_runtime.envs import make_g1_motion_tracking_device_env
@@ -83,11 +88,15 @@ def host_reads(num_envs: int, seed: int, steps: int, extra: tuple[str, ...], bro
 
         dev._terminations = [(clip_end if twin is motion_tracking.motion_clip_end else twin, params, time_out)  # noqa: SLF001
                              for twin, params, time_out in dev._terminations]  # noqa: SLF001
+    if rebind_state:
+        motion_tracking._store = lambda held, key, value: held.__setitem__(key, value)  # noqa: SLF001
     mode = HostReads()
-    step_under(dev, mode, steps)
+    held: dict[str, int] = {}
+    step_under(dev, mode, steps, lambda: held.update(held_storage(dev.state)))
     found = sorted(set(mode.found))
+    moved = rebound(held, held_storage(dev.state))
     return {"task": TASK, "mode": "host-reads", "steps": steps, "describe": dev.describe(), "host_reads": found,
-            "calls": len(mode.found), "equal": not found}
+            "calls": len(mode.found), "rebound": moved, "equal": not found and not moved}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,12 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--perturb-pose", action="store_true")
     parser.add_argument("--skip-body-refresh", action="store_true")
     parser.add_argument("--host-reads", action="store_true")
-    parser.add_argument("--broken-index", action="store_true", help="--host-reads: the negative control")
+    parser.add_argument("--broken-index", action="store_true", help="--host-reads: a negative control")
+    parser.add_argument("--rebind-state", action="store_true", help="--host-reads: a negative control")
     parser.add_argument("override", nargs="*", help="further Hydra overrides")
     args = parser.parse_args(argv)
     extra = (f"env.max_episode_seconds={args.episode_seconds}", *args.override)
     if args.host_reads:
-        result = host_reads(args.num_envs, args.seed, args.steps, extra, args.broken_index)
+        result = host_reads(args.num_envs, args.seed, args.steps, extra, args.broken_index, args.rebind_state)
         print(json.dumps(result))
         return 0 if result["equal"] else 1
     try:
