@@ -184,6 +184,27 @@ def helper_done(log: Path) -> tuple[float, str] | None:
     return None
 
 
+#: The points of a run's episode-length course the course table shows (indices into ``episode_length_course``:
+#: every fourth, the last added).
+COURSE_EVERY = 4
+
+
+def course_table(folder: Path) -> str:
+    """One row per whole run of ``folder`` with an episode-length course: the mean reward at the end, and the mean
+    episode length (the panel's Ep Len) with its env step (the trainer's global step, in millions) at every
+    ``COURSE_EVERY``-th point of its course and at its end."""
+    rows = ["| run | mean reward (last) | mean episode length @ million env steps, along the run |", "|---|---|---|"]
+    for path in sorted(folder.glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        course = run.get("episode_length_course")
+        if not course:
+            continue
+        points = [*course[::COURSE_EVERY], *([course[-1]] if (len(course) - 1) % COURSE_EVERY else [])]
+        reward = run.get("reward_mean_last")
+        rows.append(f"| {run.get('label', path.stem)} | {'–' if reward is None else f'{reward:.3f}'} | "
+                    + ", ".join(f"{value:.1f} @ {step / 1e6:.2f}" for step, value in points) + " |")
+    return "\n".join(rows)
+
 def table(folder: Path) -> str:
     """One row per whole run of ``folder`` (its ``<label>.json`` and ``<label>-log.txt.gz``)."""
     head = ("| run | exit | iterations | launch → 1st iteration (s) | compile helper done (s) | helper's warm-up | "

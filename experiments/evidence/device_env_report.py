@@ -219,6 +219,31 @@ def graph_split_table(folder: Path) -> str:
     return "\n".join(rows)
 
 
+def twin_table(folder: Path) -> str:
+    """The graphed step against the eager one (``device_env_graph_check.py --mode twin``): per record, the task, the
+    control, the graph's status, each run's finished episodes (count, mean length, one-step episodes), the first
+    step whose dones differ, and whether it holds."""
+    rows = ["| record | GPU | task · envs · steps | control | graph | graphed: episodes · mean length · one-step | "
+            "eager: episodes · mean length · one-step | first step the dones differ | holds |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for name, data in _load(sorted(folder.glob("*.json"))):
+        if data.get("mode") != "twin":
+            continue
+        control = ("condition unset" if data["condition_unset_control"]
+                   else "state bound anew" if data.get("rebind_state_control") else "no")
+
+        def episodes(e: dict[str, Any]) -> str:
+            mean = "–" if e["mean_length"] is None else f"{e['mean_length']:.2f}"
+            return f"{e['count']:,} · {mean} · {e['one_step']:,}"
+
+        first = data["first_step_dones_differ"]
+        rows.append(f"| {name} | {data['device']} | {data['task']} · {data['num_envs']} · {data['steps']} | "
+                    f"{control} | {data['graph_status']} | {episodes(data['episodes_graph'])} | "
+                    f"{episodes(data['episodes_eager'])} | {'–' if first is None else first} | "
+                    f"{'yes' if data['holds'] else 'no'} |")
+    return "\n".join(rows)
+
+
 def learner_beside_table(folder: Path) -> str:
     """The learner's graph beside the physics' graph (``learner_beside_physics_bench.py``): per setting and SM
     carveout of the learner's matrix products, the physics alone, the learner alone, both together (each stream's

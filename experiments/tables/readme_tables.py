@@ -79,6 +79,8 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "mjwarp-block-dim": mjwarp_report.block_dim_table,
     "learner-kernels": learner_profile_report.table,
     "whole-run": whole_run.table,
+    "episode-course": whole_run.course_table,
+    "env-twin": device_env_report.twin_table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
 POOLED_FOLDER_TABLES = frozenset({"sim-training", "parity"})
