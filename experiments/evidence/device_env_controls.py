@@ -28,3 +28,12 @@ def misplace_physics_stamp(dev: Any) -> None:
         return physics(sim, *a, **k)
 
     type(dev.sim).step = stamped_first
+
+
+def rebind_motion_state() -> None:
+    """Motion tracking's command state stored by binding new tensors each step, not into the tensors held
+    (``terms.motion_tracking._store`` undone): the step's CUDA graph then reads the storage of its capture, stale.
+    A negative control: call it before the env is built."""
+    from flashsac_runtime.envs.terms import motion_tracking
+
+    motion_tracking._store = lambda held, key, value: held.__setitem__(key, value)  # noqa: SLF001

@@ -65,7 +65,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_env_build import TASKS, make_device_env, seeded_actions, series_sha256, versions  # noqa: E402
-from device_env_controls import misplace_physics_stamp  # noqa: E402
+from device_env_controls import misplace_physics_stamp, rebind_motion_state  # noqa: E402
 
 SENTINEL = 7.0
 #: Probe sizes in float32 elements: above 1 MiB (torch's large pool) then 512 bytes (its small pool).
@@ -263,9 +263,7 @@ def twin(args: argparse.Namespace) -> dict[str, Any]:
     one step of zero actions and resets again, as the graphed env does around its capture), the same seeded
     actions."""
     if args.rebind_state:  # the control: the motion state stored by binding new tensors, not into the held ones
-        from flashsac_runtime.envs.terms import motion_tracking
-
-        motion_tracking._store = lambda held, key, value: held.__setitem__(key, value)  # noqa: SLF001
+        rebind_motion_state()
     graphed = make_device_env(args.num_envs, args.seed, (), numpy_draws=False, draws_ahead=True,
                               reset_only_when_done=True, task=args.task)
     if args.condition_unset:  # the control: the reset's condition never set in the step's graph

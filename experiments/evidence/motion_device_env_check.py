@@ -41,6 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_env_build import step_under  # noqa: E402
 from device_env_compare import REWARD_ATOL, SideBySideRecord, max_abs, record_step_outputs  # noqa: E402
+from device_env_controls import rebind_motion_state  # noqa: E402
 from device_env_counts import HostReads, held_storage, rebound  # noqa: E402
 
 TASK = "g1_motion_tracking/mjwarp"
@@ -89,7 +90,7 @@ def host_reads(num_envs: int, seed: int, steps: int, extra: tuple[str, ...], bro
         dev._terminations = [(clip_end if twin is motion_tracking.motion_clip_end else twin, params, time_out)  # noqa: SLF001
                              for twin, params, time_out in dev._terminations]  # noqa: SLF001
     if rebind_state:
-        motion_tracking._store = lambda held, key, value: held.__setitem__(key, value)  # noqa: SLF001
+        rebind_motion_state()
     mode = HostReads()
     held: dict[str, int] = {}
     step_under(dev, mode, steps, lambda: held.update(held_storage(dev.state)))
