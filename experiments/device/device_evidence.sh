@@ -27,9 +27,11 @@
 #           block of CORES_PER_GPU (16) cores, concurrently. COLLECTOR_SIMS (mujoco,mjwarp), COLLECTORS (all; e.g. device) and SCHEDULES (2: the 2/1/1 schedule)
 #           trim a call that must fit the device's time limit. Run it alone.
 #   sim2sim-train  sim-to-sim training: seeds SEEDS (1 2 3 4 5) × SIM2SIM_ARMS (mujoco mjwarp: CPU MuJoCo and
-#           MJWarp with the host collector; mjwarp-device: MJWarp with the device-resident collector) at the
-#           report's setting, SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run
-#           dirs and checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
+#           MJWarp with the host collector; mjwarp-device: MJWarp with the device-resident collector) of
+#           SIM2SIM_TASK (g1_walk_flat) at SIM2SIM_SETTING (report; unilab-default: the task's own config) with
+#           each of SIM2SIM_CONFIGS (patched-default; add negative-control-lr10 for the parity test's control),
+#           SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run dirs and
+#           checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
 #   sim2sim-eval   a later call on the same (warm) machine: each checkpoint of $SIM2SIM_DIR evaluated on CPU
 #           MuJoCo (experiments/evidence/policy_eval.py, EVAL_STEPS (1000) steps × 256 envs, evaluation seed 1), all
 #           concurrently, each on its own core with one math thread; `policy_eval_report.py <folder of the eval JSONs>`
@@ -92,7 +94,7 @@ export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_O
 export FLASHSAC_COMPILE_CACHE_DIR=$work/compile-cache
 mkdir -p "$FLASHSAC_COMPILE_CACHE_DIR"
 [ -d .compile-cache ] && cp .compile-cache/* "$FLASHSAC_COMPILE_CACHE_DIR"/ 2>/dev/null
-assets=$(echo "${WHEELHOUSE:-.whl}"/assets/*.tar.xz)
+assets=$(ls "${WHEELHOUSE:-.whl}"/assets/*.tar.xz | paste -sd:)
 { date -u; nproc; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
   >"$work/machine.txt" 2>&1
 # Seed the G1 assets once, before parallel invocations would each try to.
@@ -100,7 +102,7 @@ tree=$(python3 experiments/bench/bench_env.py path unilab-tree) && tree=$(cd "$t
 baseline=$(python3 experiments/bench/bench_env.py path baseline-uni-rl) || exit 1
 sim2sim=${SIM2SIM_DIR:-/tmp/sim2sim}
 python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments/bench'); import bench_env; \
-print(bench_env.ensure_assets(Path('$tree').resolve(), Path('$assets')))" || exit 1
+print(bench_env.ensure_assets(Path('$tree').resolve(), '$assets', '${SIM2SIM_TASK:-g1_walk_flat}'))" || exit 1
 
 on_gpu() {  # on_gpu <gpu> <log name> <command...>: run in the background, bounded by the budget
   local gpu=$1 log=$2; shift 2
@@ -192,11 +194,16 @@ for mode in "$@"; do
       for arm in ${SIM2SIM_ARMS:-mujoco mjwarp}; do
         collector=host
         [ "$arm" = mjwarp-device ] && collector=device
+        for config in ${SIM2SIM_CONFIGS:-patched-default}; do
+        name=$arm  # a run of another configuration is named for it too
+        [ "$config" = patched-default ] || name=$arm-$config
         for seed in ${SEEDS:-1 2 3 4 5}; do
-          on_gpu 0 "train-$arm-seed$seed" python3 experiments/bench/benchmark_flashsac_training.py --unilab-root "$tree" \
-            --setting report --config patched-default --backend "${arm%-device}" --collector "$collector" \
+          on_gpu 0 "train-$name-seed$seed" python3 experiments/bench/benchmark_flashsac_training.py --unilab-root "$tree" \
+            --task "${SIM2SIM_TASK:-g1_walk_flat}" --setting "${SIM2SIM_SETTING:-report}" --config "$config" \
+            --backend "${arm%-device}" --collector "$collector" \
             --seed "$seed" --iterations "${SIM2SIM_ITERATIONS:-3000}" --live-panel never \
-            --run-dir "$sim2sim/$arm-seed$seed" --output "$sim2sim/$arm-seed$seed.json"
+            --run-dir "$sim2sim/$name-seed$seed" --output "$sim2sim/$name-seed$seed.json"
+        done
         done
       done
       wait
