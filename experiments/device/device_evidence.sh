@@ -221,7 +221,7 @@ for mode in "$@"; do
         # oversubscribed them so far that none finished in 300 s; pinned, each takes about 100 s.
         on_gpu "" "eval-$name" env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 taskset -c $((index % cores)) bash -c \
           "cd '$tree' && PYTHONPATH='$PWD/overlay:$tree/src:$PYTHONPATH' \
-          python3 '$PWD/experiments/evidence/policy_eval.py' --checkpoint '$checkpoint' --training-run '$sim2sim/$name.json' \
+          python3 '$PWD/experiments/evidence/policy_eval.py' --task '${SIM2SIM_TASK:-g1_walk_flat}/mujoco' --checkpoint '$checkpoint' --training-run '$sim2sim/$name.json' \
           --num-envs 256 --steps ${EVAL_STEPS:-1000} --seeds 1 --label '$name' \
           --output '$work/sim2sim-eval/$name.json'"
         index=$((index + 1))

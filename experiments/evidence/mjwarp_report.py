@@ -19,6 +19,7 @@ from typing import Any
 
 import bench_report
 import parity_stats
+from bench_configs import NEGATIVE_CONTROL
 
 #: The env's own per-step timings shown by the profile table (``info["timing"]`` keys, ms per env step).
 PROFILE_PHASES = (
@@ -135,21 +136,27 @@ def block_dim_table(folder: Path) -> str:
 
 #: Row labels of the sim-training table (its verdict takes the MuJoCo arm as the reference).
 SIM_LABELS = bench_report.PHYSICS_LABELS
-#: The arms of a sim-to-sim study: the physics, and for MJWarp the collector (host env or device-resident).
-ARM_LABELS = {**SIM_LABELS, "mjwarp-device": "MuJoCo Warp (GPU), device-resident collector"}
+#: The arms of a sim-to-sim study: the physics, and for MJWarp the collector (host env or device-resident);
+#: the parity test's negative control (learning rates ÷ 10) on the device-resident collector, which the test
+#: must fail for its verdicts to be trusted.
+ARM_LABELS = {**SIM_LABELS, "mjwarp-device": "MuJoCo Warp (GPU), device-resident collector",
+              f"mjwarp-device-{NEGATIVE_CONTROL}": "MuJoCo Warp (GPU), device-resident collector, learning rates "
+                                                   "÷ 10 (negative control)"}
 
 
 def sim_arm(run: dict[str, Any]) -> str:
-    """``mujoco``, ``mjwarp`` (host-env collector) or ``mjwarp-device`` (the device-resident collector)."""
+    """``mujoco``, ``mjwarp`` (host-env collector) or ``mjwarp-device`` (the device-resident collector), followed
+    by ``-<config>`` for the negative control's runs."""
     backend = str(run.get("backend", "mujoco"))
-    return f"{backend}-device" if run.get("collector") == "device-resident" else backend
+    arm = f"{backend}-device" if run.get("collector") == "device-resident" else backend
+    return f"{arm}-{NEGATIVE_CONTROL}" if run.get("config") == NEGATIVE_CONTROL else arm
 
 
 def sim_training_table(folders: Path | Sequence[Path], *, final_last: int = 500) -> str:
     """Learning per env step on each arm: per-seed metrics and each arm's equivalence verdict against CPU MuJoCo.
 
     Each run's reward curve is its collector's logged reward on its **own** simulator (exploration on), so this
-    says whether MJWarp-trained runs (host-env or device-resident collector) learn the G1 task as fast per env
+    says whether MJWarp-trained runs (host-env or device-resident collector) learn the task as fast per env
     step as MuJoCo-trained ones, judged by the same two-sided test as the learning-parity check
     (``parity_stats.verdict``: the 90 % Welch interval of the difference of each metric inside ±15 % of the
     MuJoCo arm's learning gain). Several folders are pooled: a study of one arm reads the CPU MuJoCo arm from
@@ -165,9 +172,15 @@ def sim_training_table(folders: Path | Sequence[Path], *, final_last: int = 500)
         cells = [", ".join(f"{seed}: {m[metric]:.3f}" for seed, m in sorted(seeds.items()))
                  for metric in parity_stats.METRICS]
         lines.append(f"| {ARM_LABELS[arm]} | {len(seeds)} | {' | '.join(cells)} |")
+    control = f"mjwarp-device-{NEGATIVE_CONTROL}"
     for arm in present[1:] or ["mjwarp"]:
         result = parity_stats.verdict(arms.get(arm, {}), arms.get("mujoco", {}))
         name = "MuJoCo Warp" if arm == "mjwarp" else ARM_LABELS[arm]
-        lines.append(f"\n**{name} vs CPU MuJoCo: {'EQUIVALENT' if result['passed'] else 'NOT SHOWN EQUIVALENT'}** "
-                     f"— {result['reason']}")
+        expected = " (a trustworthy test fails it)" if arm == control else ""
+        lines.append(f"\n**{name} vs CPU MuJoCo: {'EQUIVALENT' if result['passed'] else 'NOT SHOWN EQUIVALENT'}**"
+                     f"{expected} — {result['reason']}")
+    if control in arms:
+        failed = not parity_stats.verdict(arms[control], arms.get("mujoco", {}))["passed"]
+        lines.append(f"\n**The test {'is trusted: it fails' if failed else 'is not trusted: it passes'} the "
+                     "negative control.**")
     return "\n".join(lines)
