@@ -97,7 +97,7 @@ wheelhouse: setup
 # On a GPU host with the series applied: the learner's compile artifacts for its torch and GPU, built by one
 # training iteration per setting (scripts/offline/compile_artifacts.py), into COMPILE_ARTIFACTS (default
 # work/compile-artifacts) of COMPILE_TASK (default g1_walk_flat/mjwarp; g1_walk_flat/mujoco for CPU MuJoCo hosts)
-# with COMPILE_COLLECTOR (host or device; default the owner's own, e.g. go2_joystick_flat/mjwarp's host collector);
+# with COMPILE_COLLECTOR (host or device; default the owner's own, e.g. g1_motion_tracking/mjwarp's host collector);
 # `make wheelhouse COMPILE_ARTIFACTS=...` carries them to offline hosts.
 compile-artifacts: setup
 	$(OFFLINE_TOOL).compile_artifacts "$(or $(COMPILE_ARTIFACTS),work/compile-artifacts)" \

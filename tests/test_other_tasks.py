@@ -73,8 +73,10 @@ def child_env(tree: Path, overlay: Path | None, run: Path) -> dict[str, str]:
 
 
 def train(tree: Path, overlay: Path | None, owner: str, run: Path, *, adapter: bool = True) -> subprocess.CompletedProcess:
-    """UniLab's command line for ``owner`` from the tree's root, short; with the adapter's device env on the CPU."""
-    extra = ("training.collector=device", f"+training.device_env_factory={FACTORIES[owner]}") if adapter else ()
+    """UniLab's command line for ``owner`` from the tree's root, short; with the adapter's device env on the CPU,
+    else with the host collector (whatever the owner's default)."""
+    extra = (("training.collector=device", f"+training.device_env_factory={FACTORIES[owner]}") if adapter
+             else ("training.collector=host",))
     argv = [sys.executable, "src/unilab/scripts/train_flashsac.py", f"task={owner}", *extra, *SHORT,
             f"training.log_dir='{run / 'log'}'"]
     return subprocess.run(argv, cwd=tree, env=child_env(tree, overlay, run), capture_output=True, text=True,

@@ -227,11 +227,12 @@ def test_committed_readme_is_generated_from_its_jsons(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "stale" in proc.stderr
 
 
-def _evaluated(sim: str, seed: int, mean: float, collector: str = "host") -> dict:
-    """The parts of a policy_eval.py JSON the pair table reads: where it trained and its reward per step."""
+def _evaluated(sim: str, seed: int, mean: float, collector: str = "host", config: str = "patched-default") -> dict:
+    """The parts of a policy_eval.py JSON the pair table reads: where and how it trained, its reward per step."""
     trained = {"sim_backend": sim, "num_envs": 256, "batch_size": 256, "updates_per_step": 2, "policy_frequency": 2,
                "seed": seed, "collector": collector}
-    return {"checkpoint": {"trained": trained}, "across_seeds": {"reward_per_step": {"mean": mean, "std": 0.001}}}
+    return {"checkpoint": {"trained": trained}, "training": {"config": config},
+            "across_seeds": {"reward_per_step": {"mean": mean, "std": 0.001}}}
 
 
 def test_pair_table_judges_several_training_seeds_and_refuses_one() -> None:
@@ -249,3 +250,14 @@ def test_pair_table_judges_several_training_seeds_and_refuses_one() -> None:
     device_worse = [_evaluated("mjwarp", s, m - 0.06, "device") for s, m in enumerate((0.189, 0.191, 0.187, 0.190, 0.188), 1)]
     rows = policy_eval_report.pair_table(same + device_worse + mujoco).splitlines()[2:]
     assert len(rows) == 2 and "**yes**" in rows[0] and "device-resident" in rows[1] and "**not shown**" in rows[1]
+    # The parity test's negative control is an arm of its own too: pooled with the device arm, its worse
+    # policies would hide among good ones (or sink them).
+    device_same = [_evaluated("mjwarp", s, m, "device") for s, m in enumerate((0.189, 0.191, 0.187, 0.190, 0.188), 1)]
+    control = [{**run, "training": {"config": "negative-control-lr10"}} for run in device_worse]
+    rows = policy_eval_report.pair_table(device_same + control + mujoco).splitlines()[2:]
+    assert len(rows) == 2 and "**yes**" in rows[0] and "negative control" not in rows[0], rows
+    assert "negative control" in rows[1] and "**not shown**" in rows[1], rows
+    # An evaluation without the record is known by its run's name, as the device script gives it
+    named = [{"label": f"mjwarp-device-negative-control-lr10-seed{i}", **{k: v for k, v in run.items() if k != "training"}}
+             for i, run in enumerate(device_worse, 1)]
+    assert [policy_eval_report.arm(run) for run in named] == ["mjwarp-device-negative-control-lr10"] * 5

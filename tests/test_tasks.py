@@ -22,11 +22,11 @@ from forked_runs import ForkServer
 LEARNER_DEFAULTS = {"compile_full_objectives": True, "finite_guard": True, "deferred_metrics": True,
                     "use_whole_cycle_cuda_graph": True, "use_cuda_graph_inference": True,
                     "aligned_products": True, "combo_kernels": True}
-#: The one owner whose default collector is the device-resident one.
-DEVICE_OWNER = "g1_walk_flat/mjwarp"
+#: Owners whose default collector is the device-resident one, with the device env they train on.
+DEVICE_OWNERS = {"g1_walk_flat/mjwarp": "flashsac_runtime.envs:make_g1_walk_device_env",
+                 "go2_joystick_flat/mjwarp": "flashsac_runtime.envs:make_go2_joystick_device_env"}
 #: Owners whose device env runs when training.collector=device asks for it (the host collector is their default).
-DEVICE_ENV_ON_REQUEST = {"go2_joystick_flat/mjwarp": "flashsac_runtime.envs:make_go2_joystick_device_env",
-                         "g1_motion_tracking/mjwarp": "flashsac_runtime.envs:make_g1_motion_tracking_device_env"}
+DEVICE_ENV_ON_REQUEST = {"g1_motion_tracking/mjwarp": "flashsac_runtime.envs:make_g1_motion_tracking_device_env"}
 
 READ = """
 import json, sys
@@ -96,9 +96,9 @@ def test_each_task_gets_the_learner_and_its_collector(patched: tuple[list[str], 
     for owner in found:
         cfg = read(owner)
         assert learner_switches_of(cfg["params"]) == LEARNER_DEFAULTS, owner
-        if owner == DEVICE_OWNER:
+        if owner in DEVICE_OWNERS:
             assert cfg["collector"] == "device", owner
-            assert cfg["device"] == "flashsac_runtime.envs:make_g1_walk_device_env", owner
+            assert cfg["device"] == DEVICE_OWNERS[owner], owner
         elif owner in DEVICE_ENV_ON_REQUEST:  # a device env named for training.collector=device, not the default
             assert cfg["collector"] == "host", owner
             assert cfg["device"] == DEVICE_ENV_ON_REQUEST[owner], owner

@@ -225,7 +225,7 @@ def training_reward(run_json: Path, last: int) -> dict[str, Any]:
     if not rewards:
         raise EvalError(f"{run_json} has no logged training reward")
     return {"run_json": str(run_json), "iterations": len(run["reward"]), "backend": run.get("backend"),
-            "setting": run.get("setting"), "last": last, "reward_last_mean": statistics.fmean(rewards[-last:]),
+            "config": run.get("config"), "setting": run.get("setting"), "last": last, "reward_last_mean": statistics.fmean(rewards[-last:]),
             "reward_final": rewards[-1]}
 
 

@@ -32,8 +32,10 @@ from patchset import api  # noqa: E402
 
 DOC = PROJECT / "docs" / "configuration.md"
 CONFIG = "src/unilab/conf/flashsac/config.yaml"
-#: Task owners whose overrides of a key the series sets (the owner's value is that task's default).
-OWNERS = ("src/unilab/conf/flashsac/task/g1_walk_flat/mjwarp.yaml",)
+#: Task owners whose overrides of a key the series sets (the owner's value is that task's default); of an owner
+#: the series adds, its overrides of the keys the series adds to the FlashSAC config.
+OWNERS = ("src/unilab/conf/flashsac/task/g1_walk_flat/mjwarp.yaml",
+          "src/unilab/conf/flashsac/task/go2_joystick_flat/mjwarp.yaml")
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w]*):(?: (?P<value>.*))?$")
 ENV_NAME = re.compile(r"\"((?:FLASHSAC|UNISIM)_[A-Z0-9_]+)\"")
 SELECT = re.compile(r"OmegaConf\.select\(cfg, \"(?P<key>[a-z_.]+)\"")
@@ -79,10 +81,11 @@ def keys_with_comments(text: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _adding_patch(patches: Patches, needle: str) -> tuple[str, str]:
-    """(name, Evidence header) of the first patch whose added lines contain ``needle``."""
+def _adding_patch(patches: Patches, needle: str, *also: str) -> tuple[str, str]:
+    """(name, Evidence header) of the first patch whose added lines contain ``needle`` (and each of ``also``:
+    a key's comment tells two owners' equal values apart)."""
     for name, header, added in patches:
-        if any(needle in line for line in added):
+        if all(any(part in line for line in added) for part in (needle, *also)):
             return name.removesuffix(".patch"), header.get("Evidence", "").replace("\n", " ")
     raise ValueError(f"no patch of the series adds {needle!r}")
 
@@ -163,12 +166,14 @@ def render() -> str:
     assert pre is not None and post is not None
     config = config_entries(pre, post, patches)
     owners = []
+    series_keys = set(keys_with_comments(post.decode())) - set(keys_with_comments(pre.decode()))
     for owner in OWNERS:
         owner_pre, owner_post = images[owner]
         before = keys_with_comments((owner_pre or b"").decode())
         for key, (value, comment) in keys_with_comments((owner_post or b"").decode()).items():
-            if before.get(key, (None,))[0] != value:
-                patch, evidence = _adding_patch(patches, f"{key.rsplit('.', 1)[1]}: {value}")
+            if before.get(key, (None,))[0] != value and (owner_pre is not None or key in series_keys):
+                first_words = " ".join(comment.split()[:8])
+                patch, evidence = _adding_patch(patches, f"{key.rsplit('.', 1)[1]}: {value}", first_words)
                 task = owner.removeprefix("src/unilab/conf/flashsac/task/").removesuffix(".yaml")
                 owners.append(Entry(f"{key} (task={task})", value, comment, patch, evidence))
     unlisted = unlisted_keys(set(keys_with_comments(post.decode())), patches)
