@@ -28,7 +28,8 @@
 #           trim a call that must fit the device's time limit. Run it alone.
 #   sim2sim-train  sim-to-sim training: seeds SEEDS (1 2 3 4 5) × SIM2SIM_ARMS (mujoco mjwarp: CPU MuJoCo and
 #           MJWarp with the host collector; mjwarp-device: MJWarp with the device-resident collector) of
-#           SIM2SIM_TASK (g1_walk_flat) at SIM2SIM_SETTING (report; unilab-default: the task's own config) with
+#           SIM2SIM_TASK (g1_walk_flat; SIM2SIM_SYNTHETIC_CLIP=1: a motion task's synthetic clip where the tree
+#           has none) at SIM2SIM_SETTING (report; unilab-default: the task's own config) with
 #           each of SIM2SIM_CONFIGS (patched-default; add negative-control-lr10 for the parity test's control),
 #           SIM2SIM_ITERATIONS (3000) each, all concurrently on GPU 0 (learning, not timing); run dirs and
 #           checkpoints stay in $SIM2SIM_DIR (/tmp/sim2sim) on the machine, the run JSONs come back.
@@ -97,12 +98,13 @@ mkdir -p "$FLASHSAC_COMPILE_CACHE_DIR"
 assets=$(ls "${WHEELHOUSE:-.whl}"/assets/*.tar.xz | paste -sd:)
 { date -u; nproc; nvidia-smi; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
   >"$work/machine.txt" 2>&1
-# Seed the G1 assets once, before parallel invocations would each try to.
+# Seed the task's assets (and a synthetic motion clip, where asked) once, before parallel invocations would each try to.
 tree=$(python3 experiments/bench/bench_env.py path unilab-tree) && tree=$(cd "$tree" && pwd) || exit 1
 baseline=$(python3 experiments/bench/bench_env.py path baseline-uni-rl) || exit 1
 sim2sim=${SIM2SIM_DIR:-/tmp/sim2sim}
 python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments/bench'); import bench_env; \
-print(bench_env.ensure_assets(Path('$tree').resolve(), '$assets', '${SIM2SIM_TASK:-g1_walk_flat}'))" || exit 1
+print(bench_env.ensure_assets(Path('$tree').resolve(), '$assets', '${SIM2SIM_TASK:-g1_walk_flat}', \
+synthetic_clip=bool('${SIM2SIM_SYNTHETIC_CLIP:-}')))" || exit 1
 
 on_gpu() {  # on_gpu <gpu> <log name> <command...>: run in the background, bounded by the budget
   local gpu=$1 log=$2; shift 2
@@ -202,7 +204,7 @@ for mode in "$@"; do
             --task "${SIM2SIM_TASK:-g1_walk_flat}" --setting "${SIM2SIM_SETTING:-report}" --config "$config" \
             --backend "${arm%-device}" --collector "$collector" \
             --seed "$seed" --iterations "${SIM2SIM_ITERATIONS:-3000}" --live-panel never \
-            --run-dir "$sim2sim/$name-seed$seed" --output "$sim2sim/$name-seed$seed.json"
+            ${SIM2SIM_SYNTHETIC_CLIP:+--synthetic-motion-clip} --run-dir "$sim2sim/$name-seed$seed" --output "$sim2sim/$name-seed$seed.json"
         done
         done
       done
