@@ -71,6 +71,8 @@ apply: setup
 ifdef OFFLINE
 	@$(STEP) "seed the wheelhouse's assets (G1, Go2) into the tree" -- \
 	  $(OFFLINE_TOOL) seed-assets "$(OFFLINE)" $(if $(UNILAB),--tree "$(UNILAB)")
+	@$(STEP) "compile G1 motion tracking's Numba kernels into the tree (this CPU's code, once per host)" -- \
+	  $(OFFLINE_TOOL) numba-kernels $(if $(UNILAB),--tree "$(UNILAB)") $(if $(OVERLAY),--overlay "$(OVERLAY)")
 endif
 	@python3 scripts/make_steps.py summary --log $(STEPS_LOG) "make apply"
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT, SideBySide, runnable_tree
+from offline import numba_kernels
 
 CHECK = PROJECT / "experiments" / "evidence" / "motion_device_env_check.py"
 GENERATOR = PROJECT / "scripts" / "offline" / "motion_clip.py"
@@ -67,6 +68,12 @@ def runs(request: pytest.FixtureRequest, applied_session: tuple[Path, Path],
     clip = subprocess.run([sys.executable, str(GENERATOR), "--tree", str(tree)], capture_output=True, text=True,
                           timeout=300, check=False)
     assert clip.returncode == 0 and "synthetic G1 motion clip written" in clip.stdout, clip.stderr
+    # The host's set-up step first (`make apply OFFLINE=`), into a cache emptied of any copied from the checkout:
+    # the checks below then load UniLab's Numba kernels rather than each compiling them.
+    for stale in (tree / numba_kernels.CACHE).glob("kernels.*.nb[ic]"):
+        stale.unlink()
+    warmed = numba_kernels.compile_into(tree, overlay)
+    compiled = numba_kernels.cached(tree)
     started = SideBySide(request).start({
         "test_the_device_env_steps_unilabs_motion_tracking_trajectory": lambda: check(tree, overlay, "--steps", "100"),
         "test_uniform_start_frames_hold_too": lambda: check(
@@ -82,6 +89,8 @@ def runs(request: pytest.FixtureRequest, applied_session: tuple[Path, Path],
         "test_a_state_bound_anew_is_reported": lambda: check(tree, overlay, "--host-reads", "--steps", "3",
                                                              "--rebind-state"),
         "test_unilabs_command_line_trains_on_it": lambda: train(tree, overlay, base / "run"),
+        "test_after_the_hosts_numba_step_nothing_compiles": lambda: (
+            warmed, compiled, check(tree, overlay, "--steps", "5"), numba_kernels.cached(tree)),
     })
     yield started
     started.close()
@@ -162,3 +171,14 @@ def test_unilabs_command_line_trains_on_it(runs: SideBySide, request: pytest.Fix
     manifest = summary["runtime_manifest"]
     assert manifest["collector"] == "device-resident", manifest
     assert manifest["device_env"]["draws_ahead"] == "true" and manifest["device_env"]["terms"] == "torch", manifest
+
+
+def test_after_the_hosts_numba_step_nothing_compiles(runs: SideBySide, request: pytest.FixtureRequest) -> None:
+    """`make apply OFFLINE=`'s step compiles every kernel UniLab's motion tracking env calls, with the types the
+    device env's build and steps on MuJoCo Warp give them: a run on that host compiles none before its first
+    iteration. The step's own count is the control that the cache shows a compile (7 kernels into an empty one)."""
+    warmed, compiled, (rc, result, err), after = runs.result(request)
+    assert "7 compiled into" in warmed and ", 0 already there," in warmed, warmed
+    assert len([name for name in compiled if name.endswith(".nbi")]) == 7, compiled
+    assert rc == 0 and result["equal"], err[-3000:]
+    assert after == compiled, sorted(after - compiled)

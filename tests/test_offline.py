@@ -325,6 +325,10 @@ def test_offline_host_applies_in_a_copied_project(built: Path, tiny_list: Path, 
     assert bench_env.missing_assets(host / "work" / "unilab-1.3.2") == []
     seeded = [line for line in applied.stdout.splitlines() if line.startswith("assets: ")]
     assert len(seeded) == 1 and "52 files put into" in seeded[0] and "sha256 verified" in seeded[0], applied.stdout
+    # and compiles G1 motion tracking's Numba kernels there, this host's machine code (tests/test_motion_device_env.py:
+    # a run then compiles none)
+    numba = [line for line in applied.stdout.splitlines() if line.startswith("G1 motion tracking's Numba kernels: ")]
+    assert len(numba) == 1 and "7 compiled into" in numba[0], applied.stdout
     status = make("status", *flags, cwd=host, **offline_host)
     assert status.returncode == 0 and "work/unilab-1.3.2: applied" in status.stdout, status.stderr
     assert not (tmp_path / "no-cache").exists()

@@ -14,7 +14,8 @@ from the env start's Warp build JSONs, ``env-kernels`` (device_env_report) from 
 from ``device_env_check.py --mode ops``, ``--mode sensors``, ``--mode sensor-stages``, ``--mode draws-ahead`` and
 ``--mode fused-terms`` JSONs,
 ``env-forms`` (device_env_report) from ``device_env_bench.py --forms`` JSONs, ``learner-kernels`` (learner_profile_report) from
-``learner_kernel_profile.py`` JSONs, ``whole-run`` (whole_run) from ``whole_run.py``'s records and logs, and FOLDER a
+``learner_kernel_profile.py`` JSONs, ``numba-start`` (numba_kernels_start) from its JSONs,
+``whole-run`` (whole_run) from ``whole_run.py``'s records and logs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
 headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
 every such document from its folders; ``--check`` exits 1, naming the first stale block, when a document and
@@ -39,6 +40,7 @@ import headline_table  # noqa: E402
 import learner_profile_report  # noqa: E402
 import mjwarp_kernel_build  # noqa: E402
 import mjwarp_report  # noqa: E402
+import numba_kernels_start  # noqa: E402
 import preemption_report  # noqa: E402
 import time_to_reward  # noqa: E402
 import whole_run  # noqa: E402
@@ -81,6 +83,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "whole-run": whole_run.table,
     "episode-course": whole_run.course_table,
     "env-twin": device_env_report.twin_table,
+    "numba-start": numba_kernels_start.table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
 POOLED_FOLDER_TABLES = frozenset({"sim-training", "parity"})

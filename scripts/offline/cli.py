@@ -1,5 +1,5 @@
-"""`python -m offline build|verify|install|bytecode|seed-assets`: thin command line over build.py, host.py,
-bytecode.py and assets.py, one-line errors."""
+"""`python -m offline build|verify|install|bytecode|seed-assets|numba-kernels`: thin command line over build.py,
+host.py, bytecode.py, assets.py and numba_kernels.py, one-line errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import OfflineError, assets, build, bytecode, host, manifest
+from . import OfflineError, assets, build, bytecode, host, manifest, numba_kernels
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                                            "(`make apply OFFLINE=` runs it)")
     a.add_argument("wheelhouse", type=Path)
     a.add_argument("--tree", type=Path, help="the UniLab tree (default: the applier's embedded tree)")
+    n = sub.add_parser("numba-kernels", help="on the GPU host: G1 motion tracking's Numba kernels compiled into an "
+                                             "applied tree's cache (`make apply OFFLINE=` runs it)")
+    n.add_argument("--tree", type=Path, help="the UniLab tree (default: the applier's embedded tree)")
+    n.add_argument("--overlay", type=Path, default=Path("overlay"), help="the overlay (default: %(default)s)")
     return parser
 
 
@@ -59,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
             from patchset.api import embedded_tree
 
             lines = [assets.seed(args.wheelhouse.resolve(), (args.tree or embedded_tree()).expanduser().resolve())]
+        elif args.command == "numba-kernels":
+            from patchset.api import embedded_tree
+
+            tree = (args.tree or embedded_tree()).expanduser().resolve()
+            lines = [numba_kernels.compile_into(tree, args.overlay.resolve())]
         elif args.command == "bytecode":
             lines = [bytecode.compile_roots(bytecode.host_roots(args.site)).line()]
         else:
