@@ -434,3 +434,29 @@ def test_sim_training_table_judges_the_device_collector_as_its_own_arm_across_po
     assert "**MuJoCo Warp vs CPU MuJoCo: EQUIVALENT**" in table
     assert "**MuJoCo Warp (GPU), device-resident collector vs CPU MuJoCo: NOT SHOWN EQUIVALENT**" in table
     assert "too few finished seeds" in mjwarp_report.sim_training_table(study, final_last=100)
+
+
+def test_sim_training_table_keeps_the_negative_control_apart_and_says_whether_the_test_is_trusted(
+        tmp_path: Path) -> None:
+    """The negative control's device-collector runs are an arm of their own, not pooled into the device arm: the
+    test is trusted when it fails them. Control: a 'control' that learns as well passes, so the test is said not to
+    be trusted."""
+    import mjwarp_report
+
+    def study(control_gain: float) -> str:
+        folder = tmp_path / f"control-gain-{control_gain}"
+        folder.mkdir()
+        for run in _arm("patched-default", [0.0, 0.05, -0.05, 0.02, -0.02]):
+            run["backend"] = "mujoco"
+            (folder / f"mujoco-{run['training_config']['seed']}.json").write_text(json.dumps(run))
+        for config, gain in (("patched-default", 3.0), ("negative-control-lr10", control_gain)):
+            for run in _arm(config, [0.01, -0.04, 0.04, -0.01, 0.0], gain=gain):
+                run["backend"], run["collector"] = "mjwarp", "device-resident"
+                (folder / f"{config}-{run['training_config']['seed']}.json").write_text(json.dumps(run))
+        return mjwarp_report.sim_training_table(folder, final_last=100)
+
+    trusted = study(1.0)
+    assert "**MuJoCo Warp (GPU), device-resident collector vs CPU MuJoCo: EQUIVALENT**" in trusted
+    assert ("(negative control) vs CPU MuJoCo: NOT SHOWN EQUIVALENT** (a trustworthy test fails it)" in trusted
+            and "**The test is trusted: it fails the negative control.**" in trusted)
+    assert "**The test is not trusted: it passes the negative control.**" in study(3.0)
