@@ -24,14 +24,16 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import G1_ASSETS, GO2_ASSETS, PROJECT
+from conftest import G1_ASSETS, GO2_ASSETS, PROJECT, runnable_tree
 
 sys.path.insert(0, str(PROJECT / "scripts"))
 
@@ -107,6 +109,60 @@ def test_go2s_plan_is_what_an_h200_loads(planned: dict[str, tuple[dict, Path]]) 
     assert loaded - plan_for(record, GO2, 1024) == {GO2_SCRATCH_BROADPHASE}
     assert len(loaded - plan_for(record, GO2, 256)) > 1  # the control: another world count, another kernel
     assert not SET_CONST & plan_for(planned[G1][0], G1, 4096)  # G1's device env has no set_const: not planned
+
+
+MOTION = "g1_motion_tracking/mjwarp"
+FRESH = PROJECT / "results" / "2026-12-07-h100-fresh-numba-first-iteration"
+#: The reset scratch's broadphase of motion tracking's 2048 worlds, which no plan names (as G1's and Go2's).
+MOTION_SCRATCH_BROADPHASE = "wp__nxn_broadphase__locals__kernel_8023e4ad_8023e4a"
+
+
+def compiled_there(log: Path) -> set[str]:
+    """The Warp module folders a run compiled (not loaded from the cache) before its first iteration."""
+    text = gzip.decompress(log.read_bytes()).decode()
+    return {f"wp_{name}_{digest}" for name, digest in
+            re.findall(r"^[ \d.]*Module (\S+) ([0-9a-f]{7}) load on device .*\(compiled\)", text, re.M)}
+
+
+@pytest.fixture(scope="module")
+def together(applied_session: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One build of every task owner, as `make wheelhouse` makes it (256 worlds given; nothing compiled)."""
+    tree, overlay = applied_session
+    return warp_kernels.build(tmp_path_factory.mktemp("warp-kernels-all"), tree, overlay, [G1_ASSETS, GO2_ASSETS],
+                              tasks=(G1, GO2, MOTION), worlds=(256,), archs=(90,), jobs=1, only="nothing:")
+
+
+def test_tasks_built_together_are_planned_as_each_alone(planned: dict[str, tuple[dict, Path]], together: dict,
+                                                        applied_session: tuple[Path, Path], tmp_path: Path) -> None:
+    """Each task is planned in a process of its own, so a wheelhouse of every task plans for each what it plans
+    alone. Control: one process planning G1 Walk Flat then Go2 gives Go2 another narrowphase (MuJoCo Warp makes it
+    from the collision types of every model its process built)."""
+    for task, counts in ((G1, (256, 4096)), (GO2, (256, 1024))):
+        for count in counts:
+            assert plan_for(together, task, count) == plan_for(planned[task][0], task, count), (task, count)
+    tree, overlay = applied_session
+    copy = runnable_tree(tree, tmp_path / "unilab")
+    proc = subprocess.run([sys.executable, "-m", "offline.warp_kernels", "--tasks", G1, GO2, "--worlds", "256",
+                           "--archs", "90", "--only", "nothing:"], cwd=copy,
+                          env=warp_kernels._child_env(copy, overlay, tmp_path / "cache"),  # noqa: SLF001
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one_process = json.loads(proc.stdout.strip().splitlines()[-1])
+    alone = plan_for(planned[GO2][0], GO2, 1024)
+    narrowphase = {name for name in plan_for(one_process, GO2, 1024) ^ alone if "narrowphase" in name}
+    assert len(narrowphase) == 2, sorted(plan_for(one_process, GO2, 1024) ^ alone)
+
+
+def test_a_fresh_h100_compiles_only_the_reset_scratchs_broadphase_of_the_plan(together: dict) -> None:
+    """On a fresh H100 whose wheelhouse planned every task in one process, motion tracking's run (2048 worlds, its
+    default) compiled two broadphases and Go2's (1024) a narrowphase and a broadphase. Today's plan names all but
+    each task's reset scratch broadphase, which no plan names yet."""
+    motion = compiled_there(FRESH / "motion-device-fresh-log.txt.gz")
+    go2 = compiled_there(FRESH / "go2-default-fresh-log.txt.gz")
+    assert len(motion) == 2 and len(go2) == 2, (motion, go2)
+    assert motion - plan_for(together, MOTION, 2048) == {MOTION_SCRATCH_BROADPHASE}
+    assert go2 - plan_for(together, GO2, 1024) == {GO2_SCRATCH_BROADPHASE}
+    assert len(motion - plan_for(together, MOTION, 256)) == 2  # the control: another world count, other kernels
 
 
 def test_an_unknown_task_is_refused(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""MuJoCo Warp's CUDA kernels for the task owners of ``TASKS`` (G1 Walk Flat and Go2 Joystick Flat on ``mjwarp``),
+"""MuJoCo Warp's CUDA kernels for the task owners of ``TASKS`` (G1 Walk Flat, Go2 Joystick Flat and G1 motion
+tracking on ``mjwarp``),
 built by `make wheelhouse` (no GPU needed) and put into the GPU host's Warp kernel cache by `make setup OFFLINE=`.
 
 Why: on a machine whose Warp kernel cache is empty (a freshly started cloud GPU, a new container) the mjwarp env
@@ -10,8 +11,9 @@ Go2 Joystick Flat's run (1024 worlds, its default) had Warp compile 25 modules f
 its first iteration 50.3 s after launch (G1's: 14.2 s, results/2026-12-07-h200-whole-run-go2): each task's
 model makes its own kernels, so each task owner is planned.
 
-Build (``build``): a child Python in a copy of the applied UniLab tree (the asset archives unpacked into it: G1's
-and Go2's meshes), the overlay first on its path, builds each task owner's ``mjwarp`` env on Warp's CPU device
+Build (``build``): a child Python per task in a copy of the applied UniLab tree (the asset archives unpacked into
+it: G1's and Go2's meshes; motion tracking's synthetic clip where the tree has no clip), the overlay first on its
+path, builds the task owner's ``mjwarp`` env on Warp's CPU device
 (unisim 0002's opt-in) for each world count, up to the backend's build ahead (unisim 0004). There it records the
 launches of a forward, a step and a reset as a CUDA device would make them (their block sizes; for an owner whose
 device env follows a reset with ``set_const``, Go2's, those too), adds MuJoCo Warp's core modules and the
@@ -52,7 +54,10 @@ FOLDER = "warp-kernels"
 #: The task owners whose kernels are built (FlashSAC's Hydra ``task=``; their scenes' meshes come from the asset
 #: archives given to ``build``), each with whether its device env follows a reset with MuJoCo Warp's
 #: ``set_const`` (Go2's randomizes mass and centre of mass): those kernels are planned too (``_record_set_const``).
-TASKS: dict[str, bool] = {"g1_walk_flat/mjwarp": False, "go2_joystick_flat/mjwarp": True}
+TASKS: dict[str, bool] = {"g1_walk_flat/mjwarp": False, "go2_joystick_flat/mjwarp": True,
+                           "g1_motion_tracking/mjwarp": False}
+#: The task whose env loads a motion clip at its build: the tree's copy gets the synthetic one where it has none.
+MOTION = "g1_motion_tracking/mjwarp"
 #: The default world counts (the report's setting and UniLab's G1 default) and CUDA architecture (H100/H200);
 #: each owner's own default world count is added to them.
 WORLDS = (256, 4096)
@@ -93,16 +98,23 @@ def build(dest: Path, tree: Path, overlay: Path, assets_archives: Sequence[Path]
         for assets_archive in assets_archives:
             with tarfile.open(assets_archive) as archive:
                 archive.extractall(copy / "src" / "unilab" / "assets", filter="data")
-        args = [sys.executable, "-m", "offline.warp_kernels", "--tasks", *tasks, "--worlds", *map(str, worlds),
-                "--archs", *map(str, archs), "--jobs", str(jobs), *(["--only", only] if only else [])]
-        proc = subprocess.run(args, cwd=copy, env=_child_env(copy, overlay, dest), capture_output=True,
-                              text=True, check=False)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines or not lines[-1].startswith("{"):
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise OfflineError(f"building MuJoCo Warp's kernels for {', '.join(tasks)} failed "
-                           f"(exit {proc.returncode}): {last}")
-    record = json.loads(lines[-1])
+        if MOTION in tasks:  # its env loads a clip at its build; the physics' kernels do not depend on it
+            from .motion_clip import task_clip, write_clip
+
+            write_clip(task_clip(copy), copy / "src" / "unilab" / "assets" / "robots" / "g1" / "scene_flat.xml")
+        records = []
+        for task in tasks:  # one child each: see ``merged``
+            args = [sys.executable, "-m", "offline.warp_kernels", "--tasks", task, "--worlds", *map(str, worlds),
+                    "--archs", *map(str, archs), "--jobs", str(jobs), *(["--only", only] if only else [])]
+            proc = subprocess.run(args, cwd=copy, env=_child_env(copy, overlay, dest), capture_output=True,
+                                  text=True, check=False)
+            lines = proc.stdout.strip().splitlines()
+            if proc.returncode != 0 or not lines or not lines[-1].startswith("{"):
+                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise OfflineError(f"building MuJoCo Warp's kernels for {task} failed "
+                                   f"(exit {proc.returncode}): {last}")
+            records.append(json.loads(lines[-1]))
+    record = merged(records)
     failed = [entry for entry in record["modules"] if entry.get("failed")]
     if failed:
         raise OfflineError(f"{len(failed)} Warp modules failed to compile, first {failed[0]['module']}: "
@@ -110,6 +122,28 @@ def build(dest: Path, tree: Path, overlay: Path, assets_archives: Sequence[Path]
     for leftover in dest.glob("*/lto"):  # Warp's compile-time cache of LTO objects: not needed to load
         shutil.rmtree(leftover)
     return record
+
+
+def merged(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One record of the children's, one child per task: a module two tasks planned is one entry, planned for both.
+
+    Why one child per task: MuJoCo Warp makes some kernels from its process's state, not from the model alone. Its
+    primitive narrowphase is made from the collision types of every model the process has put on the device, so
+    planned in one process after G1 Walk Flat's, Go2's narrowphase was made for both robots' types: a module no
+    Go2 run builds, whose own (Go2's types only) the wheelhouse then lacked and a fresh H100 compiled before Go2's
+    first iteration (results/2026-12-07-h100-fresh-numba-first-iteration).
+    """
+    modules: dict[tuple[str, int], dict[str, Any]] = {}
+    for record in records:
+        for entry in record["modules"]:
+            key = (entry.get("id") or entry["module"], entry["block_dim"])
+            if key in modules:
+                modules[key]["planned_for"] = sorted({*modules[key]["planned_for"], *entry["planned_for"]})
+            else:
+                modules[key] = dict(entry)
+    first = records[0]
+    return {"warp_version": first["warp_version"], "tasks": [t for r in records for t in r["tasks"]],
+            "archs": first["archs"], "output": first["output"], "modules": list(modules.values())}
 
 
 #: A planned (module, block size) and the ``<task>:<worlds>`` labels it was planned for.
