@@ -15,9 +15,9 @@ Build (``build``): a child Python per task in a copy of the applied UniLab tree 
 it: G1's and Go2's meshes; motion tracking's synthetic clip where the tree has no clip), the overlay first on its
 path, builds the task owner's ``mjwarp`` env on Warp's CPU device
 (unisim 0002's opt-in) for each world count, up to the backend's build ahead (unisim 0004). There it records the
-launches of a forward, a step and a reset as a CUDA device would make them (their block sizes; for an owner whose
-device env follows a reset with ``set_const``, Go2's, those too), adds MuJoCo Warp's core modules and the
-backend's own, each module also at its default block size, compiles every module ahead of time as cubin for each
+launches of a forward, a step and a reset as a CUDA device would make them (their block sizes), and of the forward
+the backend runs in its bounded reset scratch, and for an owner whose device env follows a reset with
+``set_const`` (Go2's) those calls too; adds MuJoCo Warp's core modules and the backend's own, each module also at its default block size, compiles every module ahead of time as cubin for each
 CUDA architecture into Warp's cache layout (``<warp version>/wp_<module>_<hash>/``), and stops the env build:
 nothing is launched. The record lists the tasks and their world counts, and for each module what it was planned
 for (``<task>:<worlds>``).
@@ -168,6 +168,7 @@ def _record_plan(tasks: Sequence[str], worlds: Sequence[int]) -> tuple[list[Plan
     def record(wp_: Any, device: Any, calls: Any) -> Any:
         with kernel_build._launches_recorded(wp_, as_cuda) as builds:  # noqa: SLF001 - the build ahead's recorder
             calls()
+            _record_reset_scratch(calls)
             if set_const:
                 _record_set_const(calls)
         launched = [(module, size) for module, sizes in builds.values() for size in sizes]
@@ -200,6 +201,25 @@ def _record_plan(tasks: Sequence[str], worlds: Sequence[int]) -> tuple[list[Plan
     planned = [(module, size, sorted(labels[(id(module), size)]))
                for module, sizes in plan.values() for size in sizes]
     return planned, counted
+
+
+def _record_reset_scratch(calls: Any) -> None:
+    """The forward the backend runs in its bounded reset scratch (``nworld`` its capacity, over a ``ScratchModel``
+    of the reset rows' model rows), where it has one.
+
+    Why: the backend makes and warms that scratch after its build ahead, so its recorded calls miss it, and the
+    broadphase MuJoCo Warp makes for the scratch's world count is a module of its own: every task's first run on
+    a fresh GPU compiled it (results/2026-12-07-h100-fresh-numba-first-iteration). ``calls`` is the backend's
+    bound ``_record_physics_calls``.
+    """
+    from flashsac_runtime.mjwarp.row_commit import ScratchModel
+
+    sim = calls.func.__self__  # the backend building the env
+    capacity = sim._reset_scratch_capacity  # noqa: SLF001
+    if capacity:
+        mjw = sim._mujoco_warp  # noqa: SLF001
+        scratch = mjw.make_data(sim._cpu_model, nworld=capacity, **calls.keywords)  # noqa: SLF001
+        mjw.forward(ScratchModel(sim._device_model, sim._num_envs, capacity).model, scratch)  # noqa: SLF001
 
 
 def _record_set_const(calls: Any) -> None:
