@@ -205,6 +205,7 @@ def course_table(folder: Path) -> str:
                     + ", ".join(f"{value:.1f} @ {step / 1e6:.2f}" for step, value in points) + " |")
     return "\n".join(rows)
 
+
 def table(folder: Path) -> str:
     """One row per whole run of ``folder`` (its ``<label>.json`` and ``<label>-log.txt.gz``)."""
     head = ("| run | exit | iterations | launch → 1st iteration (s) | compile helper done (s) | helper's warm-up | "

@@ -197,15 +197,15 @@ for mode in "$@"; do
         collector=host
         [ "$arm" = mjwarp-device ] && collector=device
         for config in ${SIM2SIM_CONFIGS:-patched-default}; do
-        name=$arm  # a run of another configuration is named for it too
-        [ "$config" = patched-default ] || name=$arm-$config
-        for seed in ${SEEDS:-1 2 3 4 5}; do
-          on_gpu 0 "train-$name-seed$seed" python3 experiments/bench/benchmark_flashsac_training.py --unilab-root "$tree" \
-            --task "${SIM2SIM_TASK:-g1_walk_flat}" --setting "${SIM2SIM_SETTING:-report}" --config "$config" \
-            --backend "${arm%-device}" --collector "$collector" \
-            --seed "$seed" --iterations "${SIM2SIM_ITERATIONS:-3000}" --live-panel never \
-            ${SIM2SIM_SYNTHETIC_CLIP:+--synthetic-motion-clip} --run-dir "$sim2sim/$name-seed$seed" --output "$sim2sim/$name-seed$seed.json"
-        done
+          name=$arm  # a run of another configuration is named for it too
+          [ "$config" = patched-default ] || name=$arm-$config
+          for seed in ${SEEDS:-1 2 3 4 5}; do
+            on_gpu 0 "train-$name-seed$seed" python3 experiments/bench/benchmark_flashsac_training.py \
+              --unilab-root "$tree" --task "${SIM2SIM_TASK:-g1_walk_flat}" --setting "${SIM2SIM_SETTING:-report}" \
+              --config "$config" --backend "${arm%-device}" --collector "$collector" --seed "$seed" \
+              --iterations "${SIM2SIM_ITERATIONS:-3000}" --live-panel never ${SIM2SIM_SYNTHETIC_CLIP:+--synthetic-motion-clip} \
+              --run-dir "$sim2sim/$name-seed$seed" --output "$sim2sim/$name-seed$seed.json"
+          done
         done
       done
       wait

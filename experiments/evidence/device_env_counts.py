@@ -38,7 +38,6 @@ class HostReads(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-
 def held_storage(root: Any, path: str = "state") -> dict[str, int]:
     """Each tensor reachable from ``root`` (a device env's state) through dataclass fields, dicts, lists and
     tuples, by its path: the address of its storage.
@@ -65,6 +64,7 @@ def held_storage(root: Any, path: str = "state") -> dict[str, int]:
 def rebound(before: dict[str, int], after: dict[str, int]) -> list[str]:
     """The paths of ``held_storage`` whose storage changed, appeared or went between two maps."""
     return sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+
 
 #: The device env's methods an ATen operation is counted under (the innermost one on the stack), in step order.
 PARTS = ("step", "_terminate", "_reward", "_advance_command", "_observe", "_reset_rows", "_update_curriculum",

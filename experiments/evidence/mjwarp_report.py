@@ -136,12 +136,13 @@ def block_dim_table(folder: Path) -> str:
 
 #: Row labels of the sim-training table (its verdict takes the MuJoCo arm as the reference).
 SIM_LABELS = bench_report.PHYSICS_LABELS
-#: The arms of a sim-to-sim study: the physics, and for MJWarp the collector (host env or device-resident);
-#: the parity test's negative control (learning rates ÷ 10) on the device-resident collector, which the test
+#: The parity test's negative control (learning rates ÷ 10) on the device-resident collector: an arm the test
 #: must fail for its verdicts to be trusted.
+CONTROL_ARM = f"mjwarp-device-{NEGATIVE_CONTROL}"
+#: The arms of a sim-to-sim study: the physics, for MJWarp the collector (host env or device-resident), and the
+#: negative control.
 ARM_LABELS = {**SIM_LABELS, "mjwarp-device": "MuJoCo Warp (GPU), device-resident collector",
-              f"mjwarp-device-{NEGATIVE_CONTROL}": "MuJoCo Warp (GPU), device-resident collector, learning rates "
-                                                   "÷ 10 (negative control)"}
+              CONTROL_ARM: "MuJoCo Warp (GPU), device-resident collector, learning rates ÷ 10 (negative control)"}
 
 
 def sim_arm(run: dict[str, Any]) -> str:
@@ -172,15 +173,14 @@ def sim_training_table(folders: Path | Sequence[Path], *, final_last: int = 500)
         cells = [", ".join(f"{seed}: {m[metric]:.3f}" for seed, m in sorted(seeds.items()))
                  for metric in parity_stats.METRICS]
         lines.append(f"| {ARM_LABELS[arm]} | {len(seeds)} | {' | '.join(cells)} |")
-    control = f"mjwarp-device-{NEGATIVE_CONTROL}"
     for arm in present[1:] or ["mjwarp"]:
         result = parity_stats.verdict(arms.get(arm, {}), arms.get("mujoco", {}))
         name = "MuJoCo Warp" if arm == "mjwarp" else ARM_LABELS[arm]
-        expected = " (a trustworthy test fails it)" if arm == control else ""
+        expected = " (a trustworthy test fails it)" if arm == CONTROL_ARM else ""
         lines.append(f"\n**{name} vs CPU MuJoCo: {'EQUIVALENT' if result['passed'] else 'NOT SHOWN EQUIVALENT'}**"
                      f"{expected} — {result['reason']}")
-    if control in arms:
-        failed = not parity_stats.verdict(arms[control], arms.get("mujoco", {}))["passed"]
+    if CONTROL_ARM in arms:
+        failed = not parity_stats.verdict(arms[CONTROL_ARM], arms.get("mujoco", {}))["passed"]
         lines.append(f"\n**The test {'is trusted: it fails' if failed else 'is not trusted: it passes'} the "
                      "negative control.**")
     return "\n".join(lines)

@@ -19,12 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import parity_stats  # noqa: E402
 from bench_configs import NEGATIVE_CONTROL  # noqa: E402
-from mjwarp_report import ARM_LABELS  # noqa: E402
+from mjwarp_report import ARM_LABELS, CONTROL_ARM as CONTROL  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[2]
-#: The learning-parity test's negative control trained on the device-resident collector: a policy that learned
-#: worse, which the comparison must not find within seed noise.
-CONTROL = f"mjwarp-device-{NEGATIVE_CONTROL}"
 #: The arms (labels: ``mjwarp_report.ARM_LABELS``), in table order: MJWarp with the host-env collector, with
 #: the device-resident one, the negative control on the device-resident one, CPU MuJoCo.
 ARMS = {name: ARM_LABELS[name] for name in ("mjwarp", "mjwarp-device", CONTROL, "mujoco")}

@@ -25,7 +25,6 @@ from . import OfflineError
 #: The kernels' folder in a UniLab tree, and where Numba caches their machine code.
 KERNELS = Path("src/unilab/tasks/motion_tracking/common")
 CACHE = KERNELS / "__pycache__"
-SCENE = Path("src/unilab/assets/robots/g1/scene_flat.xml")
 #: Steps of the env: enough for episodes of 0.6 s (30 steps) to end by time-out and by falls.
 STEPS = 40
 
@@ -60,15 +59,15 @@ def cached(tree: Path) -> set[str]:
 def compile_into(tree: Path, overlay: Path, python: str = sys.executable) -> str:
     """Step G1 motion tracking's env in a child process (the overlay first on its path, as a run has it) so that
     Numba compiles its kernels into the tree's cache; the one line ``make apply`` prints."""
-    if not (tree / SCENE).is_file():
+    from .motion_clip import SCENE_REL, write_clip  # numpy: not imported by the command line's other commands
+
+    if not (tree / SCENE_REL).is_file():
         return ("G1 motion tracking's Numba kernels: no G1 assets in the tree, nothing to step; the first motion "
                 "tracking run compiles them")
-    from .motion_clip import write_clip
-
     before, started = cached(tree), time.monotonic()
     with tempfile.TemporaryDirectory(prefix="numba-kernels-") as scratch:
         clip = Path(scratch) / "clip.npz"
-        write_clip(clip, tree / SCENE)
+        write_clip(clip, tree / SCENE_REL)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(overlay), str(tree / "src"),
                                                                           os.environ.get("PYTHONPATH")))),
                "MUJOCO_GL": "disable", "HF_HUB_OFFLINE": "1"}

@@ -99,9 +99,9 @@ def build(dest: Path, tree: Path, overlay: Path, assets_archives: Sequence[Path]
             with tarfile.open(assets_archive) as archive:
                 archive.extractall(copy / "src" / "unilab" / "assets", filter="data")
         if MOTION in tasks:  # its env loads a clip at its build; the physics' kernels do not depend on it
-            from .motion_clip import task_clip, write_clip
+            from .motion_clip import SCENE_REL, task_clip, write_clip
 
-            write_clip(task_clip(copy), copy / "src" / "unilab" / "assets" / "robots" / "g1" / "scene_flat.xml")
+            write_clip(task_clip(copy), copy / SCENE_REL)
         records = []
         for task in tasks:  # one child each: see ``merged``
             args = [sys.executable, "-m", "offline.warp_kernels", "--tasks", task, "--worlds", *map(str, worlds),
