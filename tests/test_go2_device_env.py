@@ -113,6 +113,16 @@ def test_the_device_env_steps_unilabs_go2_trajectory(runs: SideBySide, request: 
     assert counts["truncated"] >= 16 * 5 and counts["pushes"] >= 9 and counts["done_mismatches"] == 0, counts
 
 
+def test_a_nan_on_one_side_is_never_an_equal_state() -> None:
+    """The comparisons' ``max_abs``: a NaN on one side only is an infinite difference (NaN passes every ``>`` limit
+    check, so a state gone NaN would read as equal); the same NaN or infinity on both sides is none."""
+    from device_env_compare import max_abs
+
+    assert max_abs(np.array([0.0, np.nan]), np.zeros(2)) == np.inf
+    assert max_abs(np.array([np.nan, np.inf, 1.0]), np.array([np.nan, np.inf, 1.0])) == 0.0
+    assert max_abs(np.array([1.0, 2.0]), np.array([1.0, 2.5])) == 0.5
+
+
 def test_a_wider_kp_range_is_reported(runs: SideBySide, request: pytest.FixtureRequest) -> None:
     rc, result, err = runs.result(request)
     assert rc == 1 and not result["equal"], (result, err[-3000:])

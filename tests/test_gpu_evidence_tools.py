@@ -153,8 +153,8 @@ def _probe(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("task", "own"), [
-    ("go2_joystick_flat", ["set-const", "set-const-conditional", "forward", "forward-conditional", "reset-events",
-                           "push"]),
+    ("go2_joystick_flat", ["set-const", "set-const-conditional", "mass-constants", "mass-constants-conditional",
+                           "forward", "forward-conditional", "reset-events", "push"]),
     ("g1_motion_tracking", ["failure-stats", "motion-command", "start-frames", "motion-reset-rows", "motion-reset"]),
 ])
 def test_the_capture_probe_lists_a_tasks_parts_and_refuses_a_machine_without_cuda(task: str, own: list[str]) -> None:

@@ -8,7 +8,9 @@
 #   checks  validate_numerics.py --mode gpu on GPU $NUMERICS_GPU (0) and validate_replay_stability.py, one
 #           process per graph path, on GPU $REPLAY_GPU (0): correctness, not timing, so they share GPUs.
 #   parity  `make bench-parity` on GPU $PARITY_GPU (1), one invocation per arm and seed (PARITY_ARMS, SEEDS),
-#           all concurrently: learning curves, not timing; `bench_parity.py --report DIR` merges them afterwards.
+#           all concurrently, of PARITY_TASK (g1_walk_flat; e.g. go2_joystick_flat: its CPU MuJoCo owner) at
+#           PARITY_SETTING (report; unilab-default: the task's own config): learning curves, not timing;
+#           `bench_parity.py --report DIR` merges them afterwards.
 #   ttr     time to reward: one `make bench-parity` run per arm of TTR_ARMS (seed TTR_SEED), concurrently on
 #           GPU $PARITY_GPU, each pinned to its own block of CORES_PER_RUN (5) cores: the runs' wall clocks are
 #           those of a 5-core machine each (experiments/evidence/time_to_reward.py reads them); TTR_SETTING
@@ -103,7 +105,7 @@ tree=$(python3 experiments/bench/bench_env.py path unilab-tree) && tree=$(cd "$t
 baseline=$(python3 experiments/bench/bench_env.py path baseline-uni-rl) || exit 1
 sim2sim=${SIM2SIM_DIR:-/tmp/sim2sim}
 python3 -c "import sys; from pathlib import Path; sys.path.insert(0, 'experiments/bench'); import bench_env; \
-print(bench_env.ensure_assets(Path('$tree').resolve(), '$assets', '${SIM2SIM_TASK:-g1_walk_flat}', \
+print(bench_env.ensure_assets(Path('$tree').resolve(), '$assets', '${SIM2SIM_TASK:-${PARITY_TASK:-g1_walk_flat}}', \
 synthetic_clip=bool('${SIM2SIM_SYNTHETIC_CLIP:-}')))" || exit 1
 
 on_gpu() {  # on_gpu <gpu> <log name> <command...>: run in the background, bounded by the budget
@@ -129,7 +131,8 @@ for mode in "$@"; do
         arms=${PARITY_ARMS:-$(python3 experiments/bench/bench_parity.py --list-arms)} || exit 1
         for arm in ${arms//,/ }; do
           on_gpu "${PARITY_GPU:-0}" "parity-$arm-seed$seed" bash experiments/device/device_bench.sh bench-parity \
-            SEEDS="$seed" ITERATIONS="${PARITY_ITERATIONS:-3000}" \
+            SEEDS="$seed" ITERATIONS="${PARITY_ITERATIONS:-3000}" TASK="${PARITY_TASK:-g1_walk_flat}" \
+            SETTING="${PARITY_SETTING:-report}" \
             BENCH_ARGS="--arms $arm --results-root $work/parity-$arm-seed$seed"
         done
       done

@@ -12,9 +12,10 @@ a torch operation that waits on the host fails there with its traceback.
 ``--task`` picks the env: ``g1_walk_flat`` (the default; built as its checks build it, ``device_env_build``),
 ``go2_joystick_flat`` or ``g1_motion_tracking`` (built as ``training.collector=device`` builds them: draws taken
 ahead, the reset of the done rows in a conditional node, ``MjwarpState.when_any``), each with parts of its own.
-Go2's reset calls MuJoCo Warp's ``set_const`` (which allocates temporaries) and its interval push a full
-``forward`` (whose solver loop is a conditional node of its own), both inside a conditional node: ``set-const``
-and ``forward`` run each alone, ``set-const-conditional`` and ``forward-conditional`` inside ``when_any``,
+Go2's reset once called MuJoCo Warp's ``set_const`` (which allocates temporaries) and now recomputes its rows
+without allocating (``MassConstants``), and its interval push runs a full ``forward`` (whose solver loop is a
+conditional node of its own), all inside a conditional node: ``set-const``, ``mass-constants`` and ``forward`` run
+each alone, ``set-const-conditional``, ``mass-constants-conditional`` and ``forward-conditional`` inside ``when_any``,
 ``reset-events`` the masked reset with its events as the step runs it, ``push`` the push with its forward. Motion
 tracking's parts are its command's update (``failure-stats``: the adaptive sampler's ``index_add_``;
 ``motion-command``: that, the frames and the reference's gathers, as the step runs it), its start frames
@@ -63,7 +64,8 @@ TASKS: dict[str, tuple[str, tuple[int, int, int]]] = {
 STEP_PARTS = ("sync-check", "physics", "reset-data", "forward-rows", "terms", "reset-rows", "body")
 TASK_PARTS: dict[str, tuple[str, ...]] = {
     "g1_walk_flat": (),
-    "go2_joystick_flat": ("set-const", "set-const-conditional", "forward", "forward-conditional", "reset-events",
+    "go2_joystick_flat": ("set-const", "set-const-conditional", "mass-constants", "mass-constants-conditional",
+                          "forward", "forward-conditional", "reset-events",
                           "push"),
     "g1_motion_tracking": ("failure-stats", "motion-command", "start-frames", "motion-reset-rows", "motion-reset"),
 }
@@ -131,7 +133,10 @@ def _task_bodies(task: str, env: Any, rows: torch.Tensor) -> dict[str, Callable[
         forward = functools.partial(mjw.forward, model, data)
         reset = functools.partial(env._reset_rows, rows, update_curriculum=True,  # noqa: SLF001
                                   drawn=ahead.reset, noise=ahead.reset_noise)
+        mass_constants = env._mass_constants.recompute  # noqa: SLF001
         return {"set-const": set_const, "set-const-conditional": lambda: sim.when_any(rows, set_const),
+                "mass-constants": mass_constants,
+                "mass-constants-conditional": lambda: sim.when_any(rows, mass_constants),
                 "forward": forward, "forward-conditional": lambda: sim.when_any(rows, forward),
                 "reset-events": lambda: sim.when_any(rows, reset),
                 "push": lambda: env._apply_events(ahead.events)}  # noqa: SLF001

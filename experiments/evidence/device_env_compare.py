@@ -22,8 +22,12 @@ def _host(x: Any) -> np.ndarray:
 
 
 def max_abs(a: Any, b: Any) -> float:
-    """The largest absolute difference of two arrays or tensors (0 for empty ones)."""
-    diff = np.abs(_host(a) - _host(b))
+    """The largest absolute difference of two arrays or tensors (0 for empty ones). Equal entries (a NaN on both
+    sides, or the same infinity) differ by 0; a NaN on one side only is an infinite difference, so that a state gone
+    NaN can never pass for an equal one (NaN compares False with any limit)."""
+    x, y = _host(a), _host(b)
+    same = (x == y) | (np.isnan(x) & np.isnan(y))
+    diff = np.nan_to_num(np.where(same, 0.0, np.abs(x - y)), nan=np.inf)
     return float(diff.max()) if diff.size else 0.0
 
 

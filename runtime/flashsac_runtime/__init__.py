@@ -7,7 +7,7 @@ patches to upstream files import it where they plug it in. Subpackages by purpos
 - ``learner``: the learner's update as CUDA graphs, its metrics read once an iteration, its compile behind.
 - ``collector``: the device-resident collector (env step, replay ring and learner in one process on the GPU).
 - ``envs``: device-resident envs (G1 Walk Flat on MuJoCo Warp) for that collector.
-- ``mjwarp``: MuJoCo Warp's row-wise reset and its kernels built ahead.
+- ``mjwarp``: MuJoCo Warp's row-wise reset, its kernels built ahead, the constants that follow mass (``set_const``'s).
 - ``preemption``, ``background_writer``, ``dp_transport``, ``cuda_capture``, ``staged_read``: a run's safe
   stop, its TensorBoard writer process, data parallel's transport, and pieces the others share.
 """

@@ -16,8 +16,8 @@ it: G1's and Go2's meshes; motion tracking's synthetic clip where the tree has n
 path, builds the task owner's ``mjwarp`` env on Warp's CPU device
 (unisim 0002's opt-in) for each world count, up to the backend's build ahead (unisim 0004). There it records the
 launches of a forward, a step and a reset as a CUDA device would make them (their block sizes), and of the forward
-the backend runs in its bounded reset scratch, and for an owner whose device env follows a reset with
-``set_const`` (Go2's) those calls too; adds MuJoCo Warp's core modules and the backend's own, each module also at its default block size, compiles every module ahead of time as cubin for each
+the backend runs in its bounded reset scratch, and for an owner whose device env recomputes ``set_const``'s rows in
+its reset (Go2's) ``set_const``'s calls too; adds MuJoCo Warp's core modules and the backend's own, each module also at its default block size, compiles every module ahead of time as cubin for each
 CUDA architecture into Warp's cache layout (``<warp version>/wp_<module>_<hash>/``), and stops the env build:
 nothing is launched. The record lists the tasks and their world counts, and for each module what it was planned
 for (``<task>:<worlds>``).
@@ -52,8 +52,8 @@ from . import OfflineError
 #: The wheelhouse folder: Warp's kernel-cache layout under it (``<warp version>/wp_*``).
 FOLDER = "warp-kernels"
 #: The task owners whose kernels are built (FlashSAC's Hydra ``task=``; their scenes' meshes come from the asset
-#: archives given to ``build``), each with whether its device env follows a reset with MuJoCo Warp's
-#: ``set_const`` (Go2's randomizes mass and centre of mass): those kernels are planned too (``_record_set_const``).
+#: archives given to ``build``), each with whether its device env recomputes MuJoCo Warp's ``set_const`` rows in its
+#: reset (Go2's randomizes mass and centre of mass): those kernels are planned too (``_record_set_const``).
 TASKS: dict[str, bool] = {"g1_walk_flat/mjwarp": False, "go2_joystick_flat/mjwarp": True,
                            "g1_motion_tracking/mjwarp": False}
 #: The task whose env loads a motion clip at its build: the tree's copy gets the synthetic one where it has none.
@@ -225,9 +225,10 @@ def _record_reset_scratch(calls: Any) -> None:
 def _record_set_const(calls: Any) -> None:
     """MuJoCo Warp's ``set_const_fixed`` and ``set_const`` on a scratch Data of the training data's shapes.
 
-    Why: a device env that randomizes mass or centre of mass (Go2's) follows its reset with them; their kernels
-    (the ``io`` module, ``factor_m``/``solve_m``'s tile Cholesky, a broadphase) are launched after the backend's
-    build ahead, so its recorded calls miss them. ``calls`` is the backend's bound ``_record_physics_calls``.
+    Why: a device env that randomizes mass or centre of mass (Go2's) recomputes their rows in its reset
+    (``flashsac_runtime.mjwarp.mass_constants``, which launches a subset of ``set_const``'s kernels: the ``io``
+    module's, ``factor_m``/``solve_m``'s tile Cholesky); they are launched after the backend's build ahead, so its
+    recorded calls miss them. ``calls`` is the backend's bound ``_record_physics_calls``.
     """
     sim = calls.func.__self__  # the backend building the env
     mjw = sim._mujoco_warp  # noqa: SLF001

@@ -397,11 +397,6 @@ class DeviceEnvBase:
         are cleared and the rows' sensors computed (``DeviceEnvBase._reset_rows``)."""
         raise NotImplementedError
 
-    def _after_reset(self) -> None:
-        """Work of the reset that runs on every step after it, outside its conditional node: MuJoCo Warp calls that
-        allocate (CUDA admits no memory allocation inside a conditional body), and whose result nothing reads before
-        the next step's physics. None by default."""
-
     # --- the contract -------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -452,7 +447,6 @@ class DeviceEnvBase:
     def _reset_all(self) -> None:
         self.reward.zero_()
         self._reset_rows(self._all_rows, update_curriculum=False)
-        self._after_reset()
         self.terminated.zero_()
         self.truncated.zero_()
         self.final_policy_obs.copy_(self.policy_obs)
@@ -541,7 +535,6 @@ class DeviceEnvBase:
             self.sim.when_any(done, reset)
         else:
             reset()
-        self._after_reset()
         if stamps is not None:
             stamps.after("env_reset")
 

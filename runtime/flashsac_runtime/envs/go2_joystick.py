@@ -12,11 +12,12 @@ order through the env's draw source:
 - the reset events, in the config's order: ``reset_scene_to_default``, ``reset_root_state_uniform``, ``pd_gains``
   (``abs`` or ``scale``, uniform), ``randomize_rigid_body_mass`` (``add``/``scale``/``abs``, uniform, ``min_mass``),
   ``randomize_rigid_body_com`` and ``randomize_physics_scene_gravity`` (uniform), written into MuJoCo Warp's
-  per-world model rows; mass and centre of mass are followed by MuJoCo Warp's ``set_const``, as the backend's reset
-  does: its subtree masses (``set_const_fixed``, which the reset rows' sensors read) in the reset, the whole of it
-  after the reset on every step (``_after_reset``: it allocates, which CUDA refuses inside the reset's conditional
-  node; its other products, the inverse weights and mean inertia, are first read by the next step's solver, and
-  recomputed from unchanged rows it changes nothing);
+  per-world model rows; after mass and centre of mass the reset recomputes the model constants MuJoCo Warp's
+  ``set_const`` derives from them, bitwise ``set_const``'s rows, where the backend's reset runs ``set_const`` (after
+  the model rows, before the gains): ``flashsac_runtime.mjwarp.mass_constants.MassConstants``. It allocates nothing
+  (``set_const`` allocates, which CUDA refuses inside the reset's conditional node) and works on a scratch ``Data``
+  of its own: the env's ``Data`` gets no ``qpos0`` pass and no restore pass, and the next step's forward computes
+  every derived array from qpos/qvel before reading it;
 - the interval push ``push_by_setting_velocity`` on the global clock: the clock counts down by ``step_dt`` after
   the rewards, and when it runs out the interval is drawn again and every row's root linear velocity gets a
   world-frame kick, followed by the backend's forward: its position and velocity stages for every row
@@ -198,6 +199,11 @@ class Go2JoystickDeviceEnv(DeviceEnvBase):
                            ("gravity", getattr(self, "gravity", None))):
             if view is not None and view.shape[0] != self.num_envs:
                 raise ValueError(f"the mjwarp model's {name} is not per-world; its randomization cannot be applied")
+        self._mass_constants = None
+        if self._mass is not None or self._com is not None:
+            from flashsac_runtime.mjwarp.mass_constants import MassConstants
+
+            self._mass_constants = MassConstants(cpu, model, self.num_envs)
 
         self._push = None
         interval = cfgs.get("interval", {})
@@ -285,14 +291,9 @@ class Go2JoystickDeviceEnv(DeviceEnvBase):
         command = self._draw_command(rows)
         return _Go2ResetDraw(qpos, qvel, kp, kd, mass, com, gravity, command)
 
-    def _after_reset(self) -> None:
-        """MuJoCo Warp's ``set_const`` after the reset's mass and centre-of-mass rows (see the module's docstring)."""
-        if self._mass is not None or self._com is not None:
-            self.sim._mjw.set_const(self.sim._model, self.sim._data)  # noqa: SLF001
-
     def _reset_task_rows(self, rows: torch.Tensor, drawn: _Go2ResetDraw, *, update_curriculum: bool) -> None:
-        """The model rows (mass, CoM, gravity, then the subtree masses; gains), MuJoCo Warp's reset of the rows, their
-        root state, the command."""
+        """The model rows (mass, CoM, gravity, then the constants that follow mass and CoM; gains), MuJoCo Warp's reset
+        of the rows, their root state, the command."""
         del update_curriculum
         sim = self.sim
         r2 = rows[:, None]
@@ -304,8 +305,8 @@ class Go2JoystickDeviceEnv(DeviceEnvBase):
             self.body_ipos[:, self._com_ids] = torch.where(rows[:, None, None], drawn.com, cols)
         if drawn.gravity is not None:
             self.gravity.copy_(torch.where(r2, drawn.gravity, self.gravity))
-        if drawn.mass is not None or drawn.com is not None:
-            sim._mjw.set_const_fixed(sim._model, sim._data)  # noqa: SLF001 - the subtree masses the rows' sensors read
+        if self._mass_constants is not None:  # set_const's rows, before the gains as in the backend's reset
+            self._mass_constants.recompute()
         if drawn.kp is not None:
             self._write_pd_gains(r2, drawn.kp, drawn.kd)
         self._resample_command(rows, drawn.command)

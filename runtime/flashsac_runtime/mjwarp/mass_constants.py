@@ -1,0 +1,263 @@
+"""The model constants that follow body mass and centre of mass, recomputed without allocating (FlashSAC overlay).
+
+Why: a device env that randomizes body mass or centre of mass per world (``m.body_mass``, ``m.body_ipos`` rows in
+its reset, Go2 Joystick Flat's) must then recompute what MuJoCo Warp derives from them, as UniLab's backend does with
+``mujoco_warp.set_const``. That call cannot run inside the reset's CUDA-graph conditional node: ``set_const_0``
+allocates on every call (``wp.clone`` of ``qpos``, ``wp.zeros`` for its work vectors; ``smooth.transmission``
+allocates too), and CUDA admits no allocation in a conditional body. It also works on the env's own ``Data``: it
+writes ``qpos0`` into ``d.qpos``, runs the smooth stages there, and then runs them all again from the restored
+``qpos`` (the "restore" pass), about 400 launches of tiny kernels on Go2, launch-latency bound.
+
+``MassConstants`` recomputes the same model rows with MuJoCo Warp's own kernels and smooth functions (imported from
+``mujoco_warp._src.io`` and ``mujoco_warp._src.smooth``, never copied), in ``set_const``'s order of arithmetic, so
+every row is bitwise what ``set_const(m, d)`` writes from the same model (``tests/test_mass_constants.py``):
+
+- ``body_subtreemass`` (``set_const_fixed``);
+- ``stat.meaninertia``, ``dof_invweight0``, ``body_invweight0``, ``cam_pos0``/``cam_poscom0``/``cam_mat0``,
+  ``light_pos0``/``light_poscom0``/``light_dir0``, ``actuator_acc0`` and the dampratio resolution of
+  ``actuator_biasprm`` (``set_const_0``).
+
+How it differs from ``set_const``, and why each difference leaves the rows bitwise the same:
+
+- Its qpos0 passes run on a scratch ``Data`` of its own (the same ``nworld``, no contact or constraint capacity:
+  only the smooth stages run on it), whose ``qpos`` is set to ``m.qpos0`` once, here. Nothing writes that ``qpos``
+  afterwards, so every pass starts from ``qpos0`` as ``set_const_0``'s does, with no clone and no restore pass. The
+  env's ``Data`` is never touched. Nothing the env reads after its reset came from ``set_const``'s restore pass
+  either: that pass recomputes derived arrays (poses, COM quantities, the inertia and its factor, actuator moments)
+  from the env's ``qpos``, and the next step's forward computes every one of them from ``qpos``/``qvel`` again
+  before reading it.
+- Every work buffer (``set_const_0``'s unit vectors, solve results, A-diagonals, body Jacobian rows, actuator
+  moment vectors, ``dof_M0``) is allocated once, here, so ``recompute()`` allocates nothing and can be recorded
+  inside a conditional node. The dof unit vectors are constant: they are written once (MuJoCo Warp's
+  ``_set_unit_vector``, one slice per dof) instead of before every dof's solve.
+- Stages whose products no recomputed row reads are left out: ``smooth.flex`` (nothing here reads flex vertices),
+  ``smooth.tendon``/``smooth.tendon_armature`` (models with tendons are refused, below), and
+  ``smooth.transmission``: for joint transmissions (the only kind admitted) the actuator moments at ``qpos0`` are
+  the gear and depend on ``qpos0`` and ``actuator_gear`` alone, not on mass or centre of mass, so they are computed
+  once here (``transmission`` allocates, so it could not run in ``recompute()`` anyway). Static bodies' Jacobian
+  rows are skipped: ``_finalize_body_invweight0`` writes zero for them without reading their A-diagonal.
+- Quantities that depend on ``qpos0`` alone, not on mass or centre of mass, are left as they are: ``tendon_length0``
+  and ``eq_data`` (the connect/weld anchors at ``qpos0``), and ``set_const_spring``'s ``tendon_lengthspring``.
+
+So ``qpos0`` and ``actuator_gear`` are read once, at construction: a model whose ``qpos0`` or gears change later
+needs a new ``MassConstants``. Refused in one line (``ValueError``, naming what would go stale): mocap bodies (the
+scratch ``Data`` has no mocap state of the env's), tendons (``tendon_invweight0``, and ``smooth.tendon`` allocates),
+transmissions other than joint ones (their moments follow the centre of mass), and per-world model rows of a
+world count other than 1 or ``nworld``.
+
+``branches``: the per-dof, per-body-row and per-actuator solve chains (two or three launches each: 306 of the 341
+launches of Go2's ``recompute()``, against ``set_const``'s 398) are independent of each other: each reads the
+factorized inertia and writes its own entries of the A-diagonals or of ``actuator_acc0``. On CUDA they are split
+into ``branches`` contiguous groups; the first runs on the current stream, each other one on a stream of its own,
+forked from the current stream by an event and joined back into it by another, each with its own work buffers, so a
+CUDA graph recorded around ``recompute()`` holds ``branches`` parallel chains of nodes that can run concurrently.
+``branches=1``, and Warp's CPU device whatever the number, run every chain in order on the current stream. The order
+of the chains changes no value: every kernel of a chain overwrites the whole of its work buffers and reads nothing
+another chain writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import mujoco
+import warp as wp
+from mujoco_warp._src import io as mjw_io
+from mujoco_warp._src import smooth as mjw_smooth
+from mujoco_warp._src.types import Data, Model, TrnType
+
+#: The transmissions whose moments at ``qpos0`` depend on ``qpos0`` and the gear alone (see the module's docstring).
+_JOINT_TRANSMISSIONS = (int(TrnType.JOINT), int(TrnType.JOINTINPARENT))
+#: The per-world model rows ``recompute()`` reads or writes: each must hold 1 row (shared) or ``nworld`` rows.
+_PER_WORLD_FIELDS = ("body_mass", "body_ipos", "body_iquat", "body_inertia", "body_subtreemass", "dof_armature",
+                     "dof_invweight0", "body_invweight0", "cam_pos0", "cam_poscom0", "cam_mat0", "light_pos0",
+                     "light_poscom0", "light_dir0", "actuator_acc0", "actuator_gainprm", "actuator_biasprm")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chain:
+    """One solve chain of ``set_const_0``: a dof's unit vector, a body's Jacobian row, or an actuator's moment."""
+    kind: str  # "dof", "body" or "actuator"
+    index: int  # the dof, body or actuator id
+    row: int = 0  # the body Jacobian's row (0-2 translation, 3-5 rotation)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BranchBuffers:
+    """One branch's work vectors, ``(nworld, nv)`` each (``set_const_0``'s ``result_vec``, ``body_jac_row``,
+    ``body_result_vec``, ``act_moment_vec``, ``act_result_vec``)."""
+    dof_solution: wp.array
+    body_jacobian_row: wp.array
+    body_solution: wp.array
+    actuator_moment: wp.array
+    actuator_solution: wp.array
+
+
+class MassConstants:
+    """``mujoco_warp.set_const``'s mass and centre-of-mass dependent rows of ``model``, recomputed by ``recompute()``
+    without allocating, on a scratch ``Data`` of its own (the module's docstring says what and why).
+
+    ``mj_model`` is the host model ``model`` was put from (``mujoco_warp.put_model``), ``nworld`` the env's world
+    count; the scratch ``Data`` and every work buffer live on ``model``'s device.
+    """
+
+    def __init__(self, mj_model: mujoco.MjModel, model: Model, nworld: int, *, branches: int = 4) -> None:
+        self._refuse_unsupported(mj_model, model, nworld)
+        if branches < 1:
+            raise ValueError(f"MassConstants: branches must be at least 1, got {branches}")
+        self._model = model
+        self._device = model.qpos0.device
+        nv, nu = int(mj_model.nv), int(mj_model.nu)
+        with wp.ScopedDevice(self._device):
+            # Only the smooth stages run on it: no contact or constraint capacity.
+            self._data: Data = mjw_io.make_data(mj_model, nworld=nworld, nconmax=0, njmax=0)
+            data = self._data
+            wp.launch(mjw_io._copy_qpos0_to_qpos, dim=(nworld, mj_model.nq), inputs=[model.qpos0],
+                      outputs=[data.qpos])
+            # The actuator moments at qpos0, once (joint transmissions: qpos0 and the gear alone).
+            mjw_smooth.kinematics(model, data)
+            mjw_smooth.com_pos(model, data)
+            mjw_smooth.transmission(model, data)
+            # Constant unit vectors, one (nworld, nv) slice per dof (set_const_0 writes one before each solve).
+            unit_vectors = wp.zeros((nv, nworld, nv), dtype=float)
+            self._unit_vectors = [unit_vectors[dofid] for dofid in range(nv)]
+            for dofid, unit_vector in enumerate(self._unit_vectors):
+                wp.launch(mjw_io._set_unit_vector, dim=nworld, inputs=[dofid], outputs=[unit_vector])
+            self._dof_A_diag = wp.zeros((nworld, nv), dtype=float)
+            self._body_A_diag = wp.zeros((nworld, mj_model.nbody, 6), dtype=float)
+            self._dof_M0 = wp.zeros((nworld, nv), dtype=float)
+            chains = [_Chain("dof", dofid) for dofid in range(nv)]
+            chains += [_Chain("body", bodyid, row) for bodyid in range(1, mj_model.nbody)
+                       if mj_model.body_weldid[bodyid] != 0 for row in range(6)]
+            chains += [_Chain("actuator", actid) for actid in range(nu)]
+            count = min(branches, max(len(chains), 1))  # contiguous groups of (nearly) equal length
+            self._branches = [chains[len(chains) * i // count:len(chains) * (i + 1) // count] for i in range(count)]
+            self._buffers = [_BranchBuffers(*(wp.zeros((nworld, nv), dtype=float) for _ in range(5)))
+                             for _ in self._branches]
+        self._side_streams: list[wp.Stream] = []
+        self._torch_streams: list[Any] = []  # the torch streams behind ``_side_streams``, kept alive with them
+        if self._device.is_cuda and len(self._branches) > 1:
+            self._make_side_streams(len(self._branches) - 1)
+
+    @staticmethod
+    def _refuse_unsupported(mj_model: mujoco.MjModel, model: Model, nworld: int) -> None:
+        """One line for a model whose skipped stages would change a recomputed row (the module's docstring)."""
+        if mj_model.nmocap > 0:
+            raise ValueError(f"MassConstants: the model has {mj_model.nmocap} mocap body(ies); its scratch Data has no "
+                             "mocap state of the env's (body poses, subtree COMs); use mujoco_warp.set_const")
+        if mj_model.ntendon > 0:
+            raise ValueError(f"MassConstants: the model has {mj_model.ntendon} tendon(s); tendon_invweight0 is not "
+                             "recomputed (smooth.tendon allocates); use mujoco_warp.set_const")
+        other = sorted({int(t) for t in mj_model.actuator_trntype} - set(_JOINT_TRANSMISSIONS))
+        if other:
+            names = [TrnType(t).name for t in other]
+            raise ValueError(f"MassConstants: actuator transmissions {names} have moments that follow the centre of "
+                             "mass, computed once here; actuator_acc0 would go stale; use mujoco_warp.set_const")
+        for name in _PER_WORLD_FIELDS:
+            rows = getattr(model, name).shape[0]
+            if rows not in (1, nworld):
+                raise ValueError(f"MassConstants: the model's {name} has {rows} per-world rows, not 1 or {nworld}")
+
+    def _make_side_streams(self, count: int) -> None:
+        """Non-blocking streams for the branches after the first: torch's (``torch.cuda.Stream`` is created
+        non-blocking), so that an eager ``recompute()`` never synchronizes implicitly with the legacy default stream,
+        on which torch runs the learner (Warp creates its own streams blocking; see ``MjwarpState``)."""
+        import torch
+
+        torch_device = torch.device("cuda", self._device.ordinal)
+        self._torch_streams = [torch.cuda.Stream(torch_device) for _ in range(count)]
+        self._side_streams = [wp.stream_from_torch(stream) for stream in self._torch_streams]
+        self._fork = wp.Event(self._device)
+        self._joins = [wp.Event(self._device) for _ in range(count)]
+
+    @property
+    def data(self) -> Data:
+        """The scratch ``Data`` (at ``qpos0``): ``recompute()``'s work space, never the env's."""
+        return self._data
+
+    def recompute(self) -> None:
+        """Every mass and centre-of-mass dependent row ``set_const`` writes, from the model's current rows, on the
+        current Warp stream of the model's device: no allocation, no host synchronization."""
+        m, d = self._model, self._data
+        mjw_io.set_const_fixed(m, d)  # body_subtreemass (reads only the model), which com_pos divides by
+        # set_const_0's pass at qpos0, but for the stages no recomputed row reads (the module's docstring).
+        mjw_smooth.kinematics(m, d)
+        mjw_smooth.com_pos(m, d)
+        if m.ncam or m.nlight:
+            mjw_smooth.camlight(m, d)
+        mjw_smooth.crb(m, d)
+        mjw_smooth.factor_m(m, d)
+        wp.launch(mjw_io._compute_meaninertia, dim=m.stat.meaninertia.shape[0],
+                  inputs=[m.nv, m.M_rownnz, m.M_rowadr, d.M], outputs=[m.stat.meaninertia])
+        if m.nv > 0:
+            self._run_chains()
+            wp.launch(mjw_io._finalize_dof_invweight0, dim=(m.dof_invweight0.shape[0], m.nv),
+                      inputs=[m.dof_jntid, m.jnt_type, m.jnt_dofadr, self._dof_A_diag], outputs=[m.dof_invweight0])
+            wp.launch(mjw_io._finalize_body_invweight0, dim=(m.body_invweight0.shape[0], m.nbody),
+                      inputs=[m.body_weldid, self._body_A_diag], outputs=[m.body_invweight0])
+        else:
+            m.body_invweight0.zero_()
+        if m.ncam:
+            nworld_cam = max(m.cam_pos0.shape[0], m.cam_poscom0.shape[0], m.cam_mat0.shape[0])
+            wp.launch(mjw_io._compute_cam_pos0, dim=(nworld_cam, m.ncam),
+                      inputs=[m.cam_bodyid, m.cam_targetbodyid, d.cam_xpos, d.cam_xmat, d.xpos, d.subtree_com],
+                      outputs=[m.cam_pos0, m.cam_poscom0, m.cam_mat0])
+        if m.nlight:
+            nworld_light = max(m.light_pos0.shape[0], m.light_poscom0.shape[0], m.light_dir0.shape[0])
+            wp.launch(mjw_io._compute_light_pos0, dim=(nworld_light, m.nlight),
+                      inputs=[m.light_bodyid, m.light_targetbodyid, d.light_xpos, d.light_xdir, d.xpos, d.subtree_com],
+                      outputs=[m.light_pos0, m.light_poscom0, m.light_dir0])
+        if m.nu > 0 and m.nv > 0:
+            wp.launch(mjw_io._compute_dof_M0, dim=(d.nworld, m.nv),
+                      inputs=[m.dof_bodyid, m.dof_armature, d.cdof, d.crb], outputs=[self._dof_M0])
+            wp.launch(mjw_io._resolve_dampratio, dim=(m.actuator_biasprm.shape[0], m.nu),
+                      inputs=[m.actuator_biastype, m.actuator_gainprm, d.moment_rownnz, d.moment_rowadr,
+                              d.moment_colind, d.actuator_moment, self._dof_M0, m.nv],
+                      outputs=[m.actuator_biasprm])
+
+    def _run_chains(self) -> None:
+        """Every solve chain: in order on the current stream (``branches=1``, the CPU), or the first branch there and
+        each other one on its side stream, forked from and joined back into the current stream."""
+        if not self._side_streams:
+            for chains, buffers in zip(self._branches, self._buffers, strict=True):
+                self._run_branch(chains, buffers)
+            return
+        current = wp.get_stream(self._device)
+        current.record_event(self._fork)
+        for stream, join, chains, buffers in zip(self._side_streams, self._joins, self._branches[1:],
+                                                 self._buffers[1:], strict=True):
+            stream.wait_event(self._fork)  # after the factorization; during a capture, this joins the capture
+            with wp.ScopedStream(stream, sync_enter=False):
+                self._run_branch(chains, buffers)
+            stream.record_event(join)
+        self._run_branch(self._branches[0], self._buffers[0])
+        for join in self._joins:  # the finalizing kernels read every branch's entries
+            current.wait_event(join)
+
+    def _run_branch(self, chains: list[_Chain], buffers: _BranchBuffers) -> None:
+        """``set_const_0``'s loop bodies for ``chains``, each writing its own entries of the A-diagonals or of
+        ``actuator_acc0``, on the current stream."""
+        m, d = self._model, self._data
+        nworld = d.nworld
+        for chain in chains:
+            if chain.kind == "dof":
+                mjw_smooth.solve_m(m, d, buffers.dof_solution, self._unit_vectors[chain.index])
+                wp.launch(mjw_io._extract_dof_A_diag, dim=nworld, inputs=[chain.index, buffers.dof_solution],
+                          outputs=[self._dof_A_diag])
+            elif chain.kind == "body":
+                wp.launch(mjw_io._compute_body_jac_row, dim=nworld,
+                          inputs=[m.nv, chain.index, chain.row, m.body_parentid, m.body_rootid, m.body_dofadr,
+                                  m.body_dofnum, m.dof_parentid, d.subtree_com, d.xipos, d.cdof],
+                          outputs=[buffers.body_jacobian_row])
+                mjw_smooth.solve_m(m, d, buffers.body_solution, buffers.body_jacobian_row)
+                wp.launch(mjw_io._compute_body_A_diag_entry, dim=nworld,
+                          inputs=[m.nv, chain.index, chain.row, buffers.body_jacobian_row, buffers.body_solution],
+                          outputs=[self._body_A_diag])
+            else:
+                wp.launch(mjw_io._copy_actuator_moment, dim=nworld,
+                          inputs=[chain.index, d.moment_rownnz, d.moment_rowadr, d.moment_colind, d.actuator_moment],
+                          outputs=[buffers.actuator_moment])
+                mjw_smooth.solve_m(m, d, buffers.actuator_solution, buffers.actuator_moment)
+                wp.launch(mjw_io._compute_actuator_acc0, dim=m.actuator_acc0.shape[0],
+                          inputs=[chain.index, m.nv, buffers.actuator_solution], outputs=[m.actuator_acc0])
