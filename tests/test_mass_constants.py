@@ -1,8 +1,8 @@
 """``flashsac_runtime.mjwarp.mass_constants.MassConstants`` on Warp's CPU device (``mass_constants_check.py``).
 
 Go2's scene (with a camera tracking the base's COM, a light targeting it and four damped actuators), 4 worlds, two
-rounds of per-world ``body_mass``/``body_ipos`` rows: the rows ``recompute()`` writes (``branches=1`` and
-``branches=4``) are bitwise those ``mujoco_warp.set_const`` writes from the same model, the damping ratios
+rounds of per-world ``body_mass``/``body_ipos`` rows: the rows ``recompute()`` writes (two instances of their own)
+are bitwise those ``mujoco_warp.set_const`` writes from the same model, the damping ratios
 resolved, and the env's own ``Data`` unchanged. Controls: one world's mass or centre of mass changed in one model
 only is caught, in that world alone and in the quantities that follow it. Unsupported models are refused in one
 line. Its launches on Go2's plain scene against ``set_const``'s.
@@ -46,7 +46,7 @@ def checked(applied_session: tuple[Path, Path], tmp_path_factory: pytest.TempPat
 
 def test_recompute_writes_set_consts_rows_bitwise(checked: dict[str, Any]) -> None:
     assert checked["rc"] == 0 and checked["ok"], checked
-    assert checked["rounds"] == [{"branches_1": {}, "branches_4": {}}] * 2
+    assert checked["rounds"] == [{"B": {}, "C": {}}] * 2
     assert checked["dampratio_resolved"]
 
 

@@ -45,21 +45,14 @@ scratch ``Data`` has no mocap state of the env's), tendons (``tendon_invweight0`
 transmissions other than joint ones (their moments follow the centre of mass), and per-world model rows of a
 world count other than 1 or ``nworld``.
 
-``branches``: the per-dof, per-body-row and per-actuator solve chains (two or three launches each: 306 of the 341
-launches of Go2's ``recompute()``, against ``set_const``'s 398) are independent of each other: each reads the
-factorized inertia and writes its own entries of the A-diagonals or of ``actuator_acc0``. On CUDA they are split
-into ``branches`` contiguous groups; the first runs on the current stream, each other one on a stream of its own,
-forked from the current stream by an event and joined back into it by another, each with its own work buffers, so a
-CUDA graph recorded around ``recompute()`` holds ``branches`` parallel chains of nodes that can run concurrently.
-``branches=1``, and Warp's CPU device whatever the number, run every chain in order on the current stream. The order
-of the chains changes no value: every kernel of a chain overwrites the whole of its work buffers and reads nothing
-another chain writes.
+What remains of its cost on Go2 is the solve chains of ``set_const_0`` (per dof, per body Jacobian row, per
+actuator: two or three launches each, 306 of the 341 launches of ``recompute()``, against ``set_const``'s 398 on
+every step before), run in order on the current stream.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import mujoco
 import warp as wp
@@ -84,8 +77,8 @@ class _Chain:
 
 
 @dataclasses.dataclass(frozen=True)
-class _BranchBuffers:
-    """One branch's work vectors, ``(nworld, nv)`` each (``set_const_0``'s ``result_vec``, ``body_jac_row``,
+class _WorkBuffers:
+    """The solve chains' work vectors, ``(nworld, nv)`` each (``set_const_0``'s ``result_vec``, ``body_jac_row``,
     ``body_result_vec``, ``act_moment_vec``, ``act_result_vec``)."""
     dof_solution: wp.array
     body_jacobian_row: wp.array
@@ -102,10 +95,8 @@ class MassConstants:
     count; the scratch ``Data`` and every work buffer live on ``model``'s device.
     """
 
-    def __init__(self, mj_model: mujoco.MjModel, model: Model, nworld: int, *, branches: int = 4) -> None:
+    def __init__(self, mj_model: mujoco.MjModel, model: Model, nworld: int) -> None:
         self._refuse_unsupported(mj_model, model, nworld)
-        if branches < 1:
-            raise ValueError(f"MassConstants: branches must be at least 1, got {branches}")
         self._model = model
         self._device = model.qpos0.device
         nv, nu = int(mj_model.nv), int(mj_model.nu)
@@ -130,15 +121,8 @@ class MassConstants:
             chains = [_Chain("dof", dofid) for dofid in range(nv)]
             chains += [_Chain("body", bodyid, row) for bodyid in range(1, mj_model.nbody)
                        if mj_model.body_weldid[bodyid] != 0 for row in range(6)]
-            chains += [_Chain("actuator", actid) for actid in range(nu)]
-            count = min(branches, max(len(chains), 1))  # contiguous groups of (nearly) equal length
-            self._branches = [chains[len(chains) * i // count:len(chains) * (i + 1) // count] for i in range(count)]
-            self._buffers = [_BranchBuffers(*(wp.zeros((nworld, nv), dtype=float) for _ in range(5)))
-                             for _ in self._branches]
-        self._side_streams: list[wp.Stream] = []
-        self._torch_streams: list[Any] = []  # the torch streams behind ``_side_streams``, kept alive with them
-        if self._device.is_cuda and len(self._branches) > 1:
-            self._make_side_streams(len(self._branches) - 1)
+            self._chains = chains + [_Chain("actuator", actid) for actid in range(nu)]
+            self._buffers = _WorkBuffers(*(wp.zeros((nworld, nv), dtype=float) for _ in range(5)))
 
     @staticmethod
     def _refuse_unsupported(mj_model: mujoco.MjModel, model: Model, nworld: int) -> None:
@@ -158,18 +142,6 @@ class MassConstants:
             rows = getattr(model, name).shape[0]
             if rows not in (1, nworld):
                 raise ValueError(f"MassConstants: the model's {name} has {rows} per-world rows, not 1 or {nworld}")
-
-    def _make_side_streams(self, count: int) -> None:
-        """Non-blocking streams for the branches after the first: torch's (``torch.cuda.Stream`` is created
-        non-blocking), so that an eager ``recompute()`` never synchronizes implicitly with the legacy default stream,
-        on which torch runs the learner (Warp creates its own streams blocking; see ``MjwarpState``)."""
-        import torch
-
-        torch_device = torch.device("cuda", self._device.ordinal)
-        self._torch_streams = [torch.cuda.Stream(torch_device) for _ in range(count)]
-        self._side_streams = [wp.stream_from_torch(stream) for stream in self._torch_streams]
-        self._fork = wp.Event(self._device)
-        self._joins = [wp.Event(self._device) for _ in range(count)]
 
     @property
     def data(self) -> Data:
@@ -217,30 +189,11 @@ class MassConstants:
                       outputs=[m.actuator_biasprm])
 
     def _run_chains(self) -> None:
-        """Every solve chain: in order on the current stream (``branches=1``, the CPU), or the first branch there and
-        each other one on its side stream, forked from and joined back into the current stream."""
-        if not self._side_streams:
-            for chains, buffers in zip(self._branches, self._buffers, strict=True):
-                self._run_branch(chains, buffers)
-            return
-        current = wp.get_stream(self._device)
-        current.record_event(self._fork)
-        for stream, join, chains, buffers in zip(self._side_streams, self._joins, self._branches[1:],
-                                                 self._buffers[1:], strict=True):
-            stream.wait_event(self._fork)  # after the factorization; during a capture, this joins the capture
-            with wp.ScopedStream(stream, sync_enter=False):
-                self._run_branch(chains, buffers)
-            stream.record_event(join)
-        self._run_branch(self._branches[0], self._buffers[0])
-        for join in self._joins:  # the finalizing kernels read every branch's entries
-            current.wait_event(join)
-
-    def _run_branch(self, chains: list[_Chain], buffers: _BranchBuffers) -> None:
-        """``set_const_0``'s loop bodies for ``chains``, each writing its own entries of the A-diagonals or of
-        ``actuator_acc0``, on the current stream."""
-        m, d = self._model, self._data
+        """``set_const_0``'s loop bodies, in its order, each chain writing its own entries of the A-diagonals or of
+        ``actuator_acc0``."""
+        m, d, buffers = self._model, self._data, self._buffers
         nworld = d.nworld
-        for chain in chains:
+        for chain in self._chains:
             if chain.kind == "dof":
                 mjw_smooth.solve_m(m, d, buffers.dof_solution, self._unit_vectors[chain.index])
                 wp.launch(mjw_io._extract_dof_A_diag, dim=nworld, inputs=[chain.index, buffers.dof_solution],
