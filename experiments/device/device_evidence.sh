@@ -27,7 +27,8 @@
 #           (1000), SUMMARY_LAST (500). COLLECTOR_GPUS (0): one GPU runs every setting in one invocation; one GPU
 #           per setting (e.g. "0 1" on nvidia-h200-x2) runs each setting's invocation on its own GPU and its own
 #           block of CORES_PER_GPU (16) cores, concurrently. COLLECTOR_SIMS (mujoco,mjwarp), COLLECTORS (all; e.g. device) and SCHEDULES (2: the 2/1/1 schedule)
-#           trim a call that must fit the device's time limit. Run it alone.
+#           trim a call that must fit the device's time limit; COLLECTOR_TASK (g1_walk_flat; e.g. go2_joystick_flat)
+#           names the task. Run it alone.
 #   sim2sim-train  sim-to-sim training: seeds SEEDS (1 2 3 4 5) × SIM2SIM_ARMS (mujoco mjwarp: CPU MuJoCo and
 #           MJWarp with the host collector; mjwarp-device: MJWarp with the device-resident collector) of
 #           SIM2SIM_TASK (g1_walk_flat; SIM2SIM_SYNTHETIC_CLIP=1: a motion task's synthetic clip where the tree
@@ -175,7 +176,7 @@ for mode in "$@"; do
     collectors)
       collectors=${COLLECTORS:-$(python3 experiments/bench/bench_configs.py list collectors)} || exit 1
       settings=(${COLLECTOR_SETTINGS:-report unilab-default}) gpus=(${COLLECTOR_GPUS:-0}) per=${CORES_PER_GPU:-16}
-      plan="SIM=${COLLECTOR_SIMS:-mujoco,mjwarp} COLLECTOR=$collectors CONFIGS=${COLLECTOR_CONFIGS:-patched-default} \
+      plan="TASK=${COLLECTOR_TASK:-g1_walk_flat} SIM=${COLLECTOR_SIMS:-mujoco,mjwarp} COLLECTOR=$collectors CONFIGS=${COLLECTOR_CONFIGS:-patched-default} \
         SCHEDULES=${SCHEDULES:-2} \
         ITERATIONS=${ITERATIONS:-1000} SUMMARY_LAST=${SUMMARY_LAST:-500} TIMEOUT_S=${TIMEOUT_S:-300} NO_CHECKS=1"
       if [ ${#gpus[@]} -eq 1 ]; then

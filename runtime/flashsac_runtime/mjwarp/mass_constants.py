@@ -42,19 +42,25 @@ How it differs from ``set_const``, and why each difference leaves the rows bitwi
 So ``qpos0`` and ``actuator_gear`` are read once, at construction: a model whose ``qpos0`` or gears change later
 needs a new ``MassConstants``. Refused in one line (``ValueError``, naming what would go stale): mocap bodies (the
 scratch ``Data`` has no mocap state of the env's), tendons (``tendon_invweight0``, and ``smooth.tendon`` allocates),
-transmissions other than joint ones (their moments follow the centre of mass), and per-world model rows of a
-world count other than 1 or ``nworld``.
+transmissions other than joint ones (their moments follow the centre of mass), per-world model rows of a
+world count other than 1 or ``nworld``, and an inertia with a sparse LDL region (its solve reads more of a ``Data``).
 
-What remains of its cost on Go2 is the solve chains of ``set_const_0`` (per dof, per body Jacobian row, per
-actuator: two or three launches each, 306 of the 341 launches of ``recompute()``, against ``set_const``'s 398 on
-every step before), run in order on the current stream.
+- ``set_const_0`` solves with the factorized inertia once per dof, per body Jacobian row and per actuator (108
+  tile-Cholesky solves on Go2), each over every world. Here every chain's right-hand side gets a block of ``nworld``
+  rows of one stacked array, the factor is copied into every block, and MuJoCo Warp's ``solve_LD`` runs once over
+  the stacked rows: each row is its world's solve with its world's factor, the arithmetic of ``solve_m``'s. The
+  dofs' unit vectors and the actuators' moments are constant right-hand sides, written once. Each chain's
+  A-diagonal entries (or ``actuator_acc0``) are then read from its block by MuJoCo Warp's own kernels. On Go2 the
+  stacked arrays are 108 blocks of ``nworld`` rows (about 140 MB at 1024 worlds, most of it the factor's copies).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import mujoco
+import torch
 import warp as wp
 from mujoco_warp._src import io as mjw_io
 from mujoco_warp._src import smooth as mjw_smooth
@@ -77,14 +83,9 @@ class _Chain:
 
 
 @dataclasses.dataclass(frozen=True)
-class _WorkBuffers:
-    """The solve chains' work vectors, ``(nworld, nv)`` each (``set_const_0``'s ``result_vec``, ``body_jac_row``,
-    ``body_result_vec``, ``act_moment_vec``, ``act_result_vec``)."""
-    dof_solution: wp.array
-    body_jacobian_row: wp.array
-    body_solution: wp.array
-    actuator_moment: wp.array
-    actuator_solution: wp.array
+class _Worlds:
+    """What MuJoCo Warp's ``solve_LD`` reads of a ``Data`` (its launch width): the stacked solve's world count."""
+    nworld: int
 
 
 class MassConstants:
@@ -104,17 +105,15 @@ class MassConstants:
             # Only the smooth stages run on it: no contact or constraint capacity.
             self._data: Data = mjw_io.make_data(mj_model, nworld=nworld, nconmax=0, njmax=0)
             data = self._data
+            if data.qLD.shape[1] > model.qLD_block_total:
+                raise ValueError("MassConstants: the model's inertia has a sparse LDL region, whose solve reads more of "
+                                 "a Data than its world count; use mujoco_warp.set_const")
             wp.launch(mjw_io._copy_qpos0_to_qpos, dim=(nworld, mj_model.nq), inputs=[model.qpos0],
                       outputs=[data.qpos])
             # The actuator moments at qpos0, once (joint transmissions: qpos0 and the gear alone).
             mjw_smooth.kinematics(model, data)
             mjw_smooth.com_pos(model, data)
             mjw_smooth.transmission(model, data)
-            # Constant unit vectors, one (nworld, nv) slice per dof (set_const_0 writes one before each solve).
-            unit_vectors = wp.zeros((nv, nworld, nv), dtype=float)
-            self._unit_vectors = [unit_vectors[dofid] for dofid in range(nv)]
-            for dofid, unit_vector in enumerate(self._unit_vectors):
-                wp.launch(mjw_io._set_unit_vector, dim=nworld, inputs=[dofid], outputs=[unit_vector])
             self._dof_A_diag = wp.zeros((nworld, nv), dtype=float)
             self._body_A_diag = wp.zeros((nworld, mj_model.nbody, 6), dtype=float)
             self._dof_M0 = wp.zeros((nworld, nv), dtype=float)
@@ -122,7 +121,29 @@ class MassConstants:
             chains += [_Chain("body", bodyid, row) for bodyid in range(1, mj_model.nbody)
                        if mj_model.body_weldid[bodyid] != 0 for row in range(6)]
             self._chains = chains + [_Chain("actuator", actid) for actid in range(nu)]
-            self._buffers = _WorkBuffers(*(wp.zeros((nworld, nv), dtype=float) for _ in range(5)))
+            # Every chain's right-hand side, solution and copy of the factor in one block of nworld rows each: one
+            # solve for all of them.
+            stacked = len(self._chains) * nworld
+            self._rhs = wp.zeros((stacked, nv), dtype=float)
+            self._solution = wp.zeros((stacked, nv), dtype=float)
+            self._factor = wp.zeros((stacked, data.qLD.shape[1]), dtype=float)
+            self._diagonal = wp.zeros((stacked, data.qLDiagInv.shape[1]), dtype=float)
+            self._stacked = _Worlds(stacked)
+            self._blocks = [slice(k * nworld, (k + 1) * nworld) for k in range(len(self._chains))]
+            # The dofs' unit vectors and the actuators' moments at qpos0 are constant: written once.
+            for chain, rows in zip(self._chains, self._blocks, strict=True):
+                if chain.kind == "dof":
+                    wp.launch(mjw_io._set_unit_vector, dim=nworld, inputs=[chain.index], outputs=[self._rhs[rows]])
+                elif chain.kind == "actuator":
+                    wp.launch(mjw_io._copy_actuator_moment, dim=nworld,
+                              inputs=[chain.index, data.moment_rownnz, data.moment_rowadr, data.moment_colind,
+                                      data.actuator_moment], outputs=[self._rhs[rows]])
+        # The factor's copies, as torch views (one copy kernel for every block; torch's kernels need no build).
+        chains_count = len(self._chains)
+        self._factor_blocks = wp.to_torch(self._factor).view(chains_count, nworld, -1)
+        self._diagonal_blocks = wp.to_torch(self._diagonal).view(chains_count, nworld, -1)
+        self._factor_source = wp.to_torch(data.qLD)
+        self._diagonal_source = wp.to_torch(data.qLDiagInv)
 
     @staticmethod
     def _refuse_unsupported(mj_model: mujoco.MjModel, model: Model, nworld: int) -> None:
@@ -189,28 +210,39 @@ class MassConstants:
                       outputs=[m.actuator_biasprm])
 
     def _run_chains(self) -> None:
-        """``set_const_0``'s loop bodies, in its order, each chain writing its own entries of the A-diagonals or of
-        ``actuator_acc0``."""
-        m, d, buffers = self._model, self._data, self._buffers
+        """``set_const_0``'s loop bodies with one solve: each body row's Jacobian into its block of the right-hand
+        sides (MuJoCo Warp's ``_compute_body_jac_row``), the factor copied into every block, MuJoCo Warp's
+        ``solve_LD`` once over all blocks (each row of a block is its world's solve, the arithmetic of
+        ``solve_m``'s), then each chain's entries of the A-diagonals or of ``actuator_acc0`` from its block."""
+        m, d = self._model, self._data
         nworld = d.nworld
-        for chain in self._chains:
-            if chain.kind == "dof":
-                mjw_smooth.solve_m(m, d, buffers.dof_solution, self._unit_vectors[chain.index])
-                wp.launch(mjw_io._extract_dof_A_diag, dim=nworld, inputs=[chain.index, buffers.dof_solution],
-                          outputs=[self._dof_A_diag])
-            elif chain.kind == "body":
+        for chain, rows in zip(self._chains, self._blocks, strict=True):
+            if chain.kind == "body":
                 wp.launch(mjw_io._compute_body_jac_row, dim=nworld,
                           inputs=[m.nv, chain.index, chain.row, m.body_parentid, m.body_rootid, m.body_dofadr,
                                   m.body_dofnum, m.dof_parentid, d.subtree_com, d.xipos, d.cdof],
-                          outputs=[buffers.body_jacobian_row])
-                mjw_smooth.solve_m(m, d, buffers.body_solution, buffers.body_jacobian_row)
+                          outputs=[self._rhs[rows]])
+        with self._on_warp_stream():
+            self._factor_blocks.copy_(self._factor_source.expand_as(self._factor_blocks))
+            self._diagonal_blocks.copy_(self._diagonal_source.expand_as(self._diagonal_blocks))
+        mjw_smooth.solve_LD(m, self._stacked, self._factor, self._diagonal, self._solution, self._rhs)
+        for chain, rows in zip(self._chains, self._blocks, strict=True):
+            solution = self._solution[rows]
+            if chain.kind == "dof":
+                wp.launch(mjw_io._extract_dof_A_diag, dim=nworld, inputs=[chain.index, solution],
+                          outputs=[self._dof_A_diag])
+            elif chain.kind == "body":
                 wp.launch(mjw_io._compute_body_A_diag_entry, dim=nworld,
-                          inputs=[m.nv, chain.index, chain.row, buffers.body_jacobian_row, buffers.body_solution],
-                          outputs=[self._body_A_diag])
+                          inputs=[m.nv, chain.index, chain.row, self._rhs[rows], solution], outputs=[self._body_A_diag])
             else:
-                wp.launch(mjw_io._copy_actuator_moment, dim=nworld,
-                          inputs=[chain.index, d.moment_rownnz, d.moment_rowadr, d.moment_colind, d.actuator_moment],
-                          outputs=[buffers.actuator_moment])
-                mjw_smooth.solve_m(m, d, buffers.actuator_solution, buffers.actuator_moment)
                 wp.launch(mjw_io._compute_actuator_acc0, dim=m.actuator_acc0.shape[0],
-                          inputs=[chain.index, m.nv, buffers.actuator_solution], outputs=[m.actuator_acc0])
+                          inputs=[chain.index, m.nv, solution], outputs=[m.actuator_acc0])
+
+    def _on_warp_stream(self) -> contextlib.AbstractContextManager[None]:
+        """torch's work on Warp's current stream of the device (ordered with the Warp launches around it, and inside
+        a CUDA graph being recorded there); on the CPU, as it comes."""
+        if not self._device.is_cuda:
+            return contextlib.nullcontext()
+        stream = torch.cuda.ExternalStream(wp.get_stream(self._device).cuda_stream,
+                                           device=torch.device("cuda", self._device.ordinal))
+        return torch.cuda.stream(stream)
