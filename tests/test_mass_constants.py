@@ -66,10 +66,11 @@ def test_a_row_changed_in_one_model_only_is_caught_in_that_world(checked: dict[s
 
 def test_unsupported_models_are_refused_in_one_line(checked: dict[str, Any]) -> None:
     refused = checked["refused"]
-    assert set(refused) == {"tendon", "mocap", "site transmission"}
+    assert set(refused) == {"tendon", "mocap", "site transmission", "sparse inertia"}
     assert all(message and "\n" not in message and message.startswith("MassConstants: ")
                for message in refused.values()), refused
     assert "tendon_invweight0" in refused["tendon"] and "actuator_acc0" in refused["site transmission"]
+    assert "sparse LDL region" in refused["sparse inertia"]
 
 
 def test_it_launches_fewer_kernels_than_set_const(checked: dict[str, Any]) -> None:

@@ -13,7 +13,8 @@ differently per world. Every recomputed quantity (``QUANTITIES``) must be bitwis
 rounds, the damping ratios resolved, and B's own Data (given a state of its own first) unchanged by ``recompute()``.
 Controls that must differ: one world's mass changed in B only (the per-world quantities differ in that world
 alone), world 0's centre of mass changed in B only (``stat.meaninertia`` follows world 0, the subtree masses do
-not change). Refused in one line: a model with a tendon, with a mocap body, with a site transmission.
+not change). Refused in one line: a model with a tendon, with a mocap body, with a site transmission, with a
+sparse LDL region in its inertia's factor.
 
 Also counts ``wp.launch``/``wp.launch_tiled`` calls of ``set_const`` and of ``recompute()`` on Go2's plain scene
 (monkeypatched). ``--capture`` (CUDA): C's ``recompute()`` is recorded inside a conditional node of a CUDA graph
@@ -51,6 +52,9 @@ REFUSED = {
                 <body><freejoint/><geom size=".1"/></body></worldbody></mujoco>""",
     "site transmission": """<mujoco><worldbody><body><freejoint/><geom size=".1"/><site name="s"/></body></worldbody>
                             <actuator><general site="s" gear="1 0 0 0 0 0"/></actuator></mujoco>""",
+    # A chain of 80 hinges: MuJoCo Warp factors an inertia block that large as a sparse LDL region.
+    "sparse inertia": "<mujoco><worldbody>" + '<body pos="0 0 .1"><joint type="hinge"/><geom size=".02"/>' * 80
+                      + "</body>" * 80 + "</worldbody></mujoco>",
 }
 
 
