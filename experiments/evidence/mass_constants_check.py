@@ -8,9 +8,10 @@ the first ``set_const``), so that every quantity ``set_const`` derives from mass
 Its per-world fields expanded to ``--worlds`` worlds as the mjwarp backend expands them (``expand_model_fields``).
 
 Model A gets ``mujoco_warp.set_const(A, its Data)``, models B and C the same rows and ``MassConstants.recompute()``
-(each its own; C's replayed from a CUDA graph with ``--capture``): two rounds, each with new ``body_mass``/``body_ipos`` rows drawn
-differently per world. Every recomputed quantity (``QUANTITIES``) must be bitwise equal (``np.array_equal``) in both
-rounds, the damping ratios resolved, and B's own Data (given a state of its own first) unchanged by ``recompute()``.
+(each its own; C's replayed from a CUDA graph with ``--capture``): two rounds, each with new ``body_mass``/
+``body_ipos`` rows drawn differently per world. Every recomputed quantity (``QUANTITIES``) must be bitwise equal
+(``np.array_equal``) in both rounds, the damping ratios resolved, and B's own Data (given a state of its own first)
+unchanged by ``recompute()``.
 Controls that must differ: one world's mass changed in B only (the per-world quantities differ in that world
 alone), world 0's centre of mass changed in B only (``stat.meaninertia`` follows world 0, the subtree masses do
 not change). Refused in one line: a model with a tendon, with a mocap body, with a site transmission, with a

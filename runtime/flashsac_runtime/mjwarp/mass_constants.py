@@ -106,8 +106,8 @@ class MassConstants:
             self._data: Data = mjw_io.make_data(mj_model, nworld=nworld, nconmax=0, njmax=0)
             data = self._data
             if data.qLD.shape[1] > model.qLD_block_total:
-                raise ValueError("MassConstants: the model's inertia has a sparse LDL region, whose solve reads more of "
-                                 "a Data than its world count; use mujoco_warp.set_const")
+                raise ValueError("MassConstants: the model's inertia has a sparse LDL region, whose solve reads "
+                                 "more of a Data than its world count; use mujoco_warp.set_const")
             wp.launch(mjw_io._copy_qpos0_to_qpos, dim=(nworld, mj_model.nq), inputs=[model.qpos0],
                       outputs=[data.qpos])
             # The actuator moments at qpos0, once (joint transmissions: qpos0 and the gear alone).
