@@ -128,6 +128,13 @@ for mode in "$@"; do
       done
       ;;
     parity)
+      # The references' pristine tree and baseline learner, and the task's assets in it, once before the concurrent
+      # runs: each run would otherwise make them itself, one removing the tree another has just made.
+      PATCHSET_CACHE="${WHEELHOUSE:-.whl}/pinned" python3 -c "import sys; sys.path.insert(0, 'experiments/bench'); \
+import bench_driver, bench_env; bench_driver.prepare_baseline(None, None); \
+print(bench_env.ensure_assets(bench_driver.prepare_pristine_tree(), '$assets', '${PARITY_TASK:-g1_walk_flat}'))" \
+        >"$work/parity-setup.log" 2>&1 || { echo "device_evidence.sh parity: the pristine tree or the baseline" \
+        "learner could not be made: $(tail -1 "$work/parity-setup.log")" >&2; exit 1; }
       for seed in ${SEEDS:-1 2 3 4 5}; do
         arms=${PARITY_ARMS:-$(python3 experiments/bench/bench_parity.py --list-arms)} || exit 1
         for arm in ${arms//,/ }; do
