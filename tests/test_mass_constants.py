@@ -2,8 +2,8 @@
 
 Go2's scene (with a camera tracking the base's COM, a light targeting it and four damped actuators), 4 worlds, two
 rounds of per-world ``body_mass``/``body_ipos`` rows: the rows ``recompute()`` writes (two instances of their own)
-are bitwise those ``mujoco_warp.set_const`` writes from the same model, the damping ratios
-resolved, and the env's own ``Data`` unchanged. Controls: one world's mass or centre of mass changed in one model
+are bitwise those ``mujoco_warp.set_const`` writes from the same model, the damping ratios resolved, and the env's
+own ``Data`` unchanged. Controls: one world's mass or centre of mass changed in one model
 only is caught, in that world alone and in the quantities that follow it. Unsupported models are refused in one
 line. Its launches on Go2's plain scene against ``set_const``'s.
 """

@@ -183,8 +183,8 @@ print(bench_env.ensure_assets(bench_driver.prepare_pristine_tree(), '$assets', '
     collectors)
       collectors=${COLLECTORS:-$(python3 experiments/bench/bench_configs.py list collectors)} || exit 1
       settings=(${COLLECTOR_SETTINGS:-report unilab-default}) gpus=(${COLLECTOR_GPUS:-0}) per=${CORES_PER_GPU:-16}
-      plan="TASK=${COLLECTOR_TASK:-g1_walk_flat} SIM=${COLLECTOR_SIMS:-mujoco,mjwarp} COLLECTOR=$collectors CONFIGS=${COLLECTOR_CONFIGS:-patched-default} \
-        SCHEDULES=${SCHEDULES:-2} \
+      plan="TASK=${COLLECTOR_TASK:-g1_walk_flat} SIM=${COLLECTOR_SIMS:-mujoco,mjwarp} COLLECTOR=$collectors \
+        CONFIGS=${COLLECTOR_CONFIGS:-patched-default} SCHEDULES=${SCHEDULES:-2} \
         ITERATIONS=${ITERATIONS:-1000} SUMMARY_LAST=${SUMMARY_LAST:-500} TIMEOUT_S=${TIMEOUT_S:-300} NO_CHECKS=1"
       if [ ${#gpus[@]} -eq 1 ]; then
         all=$(IFS=,; echo "${settings[*]}")

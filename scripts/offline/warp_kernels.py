@@ -17,8 +17,8 @@ path, builds the task owner's ``mjwarp`` env on Warp's CPU device
 (unisim 0002's opt-in) for each world count, up to the backend's build ahead (unisim 0004). There it records the
 launches of a forward, a step and a reset as a CUDA device would make them (their block sizes), and of the forward
 the backend runs in its bounded reset scratch, and for an owner whose device env recomputes ``set_const``'s rows in
-its reset (Go2's) ``set_const``'s calls too; adds MuJoCo Warp's core modules and the backend's own, each module also at its default block size, compiles every module ahead of time as cubin for each
-CUDA architecture into Warp's cache layout (``<warp version>/wp_<module>_<hash>/``), and stops the env build:
+its reset (Go2's) ``set_const``'s calls too; adds MuJoCo Warp's core modules and the backend's own, each module
+also at its default block size, compiles every module ahead of time as cubin for each CUDA architecture into Warp's cache layout (``<warp version>/wp_<module>_<hash>/``), and stops the env build:
 nothing is launched. The record lists the tasks and their world counts, and for each module what it was planned
 for (``<task>:<worlds>``).
 Warp names each module's folder by a hash of its kernels' source and build options, so a seeded module is used

@@ -26,10 +26,16 @@ How it differs from ``set_const``, and why each difference leaves the rows bitwi
   either: that pass recomputes derived arrays (poses, COM quantities, the inertia and its factor, actuator moments)
   from the env's ``qpos``, and the next step's forward computes every one of them from ``qpos``/``qvel`` again
   before reading it.
-- Every work buffer (``set_const_0``'s unit vectors, solve results, A-diagonals, body Jacobian rows, actuator
-  moment vectors, ``dof_M0``) is allocated once, here, so ``recompute()`` allocates nothing and can be recorded
-  inside a conditional node. The dof unit vectors are constant: they are written once (MuJoCo Warp's
-  ``_set_unit_vector``, one slice per dof) instead of before every dof's solve.
+- Every work buffer (``set_const_0``'s right-hand sides, solutions, A-diagonals, ``dof_M0``) is allocated once,
+  here, so ``recompute()`` allocates nothing and can be recorded inside a conditional node.
+- ``set_const_0`` solves with the factorized inertia once per dof, per body Jacobian row and per actuator (108
+  tile-Cholesky solves on Go2), each over every world. Here every chain's right-hand side gets a block of ``nworld``
+  rows of one stacked array, the factor is copied into every block, and MuJoCo Warp's ``solve_LD`` runs once over
+  the stacked rows: each row is its world's solve with its world's factor, the arithmetic of ``solve_m``'s. The
+  dofs' unit vectors and the actuators' moments are constant right-hand sides, written once (MuJoCo Warp's
+  ``_set_unit_vector`` and ``_copy_actuator_moment``). Each chain's A-diagonal entries (or ``actuator_acc0``) are
+  then read from its block by MuJoCo Warp's own kernels. On Go2 the stacked arrays are 108 blocks of ``nworld`` rows
+  (about 140 MB at 1024 worlds, most of it the factor's copies).
 - Stages whose products no recomputed row reads are left out: ``smooth.flex`` (nothing here reads flex vertices),
   ``smooth.tendon``/``smooth.tendon_armature`` (models with tendons are refused, below), and
   ``smooth.transmission``: for joint transmissions (the only kind admitted) the actuator moments at ``qpos0`` are
@@ -44,14 +50,6 @@ needs a new ``MassConstants``. Refused in one line (``ValueError``, naming what 
 scratch ``Data`` has no mocap state of the env's), tendons (``tendon_invweight0``, and ``smooth.tendon`` allocates),
 transmissions other than joint ones (their moments follow the centre of mass), per-world model rows of a
 world count other than 1 or ``nworld``, and an inertia with a sparse LDL region (its solve reads more of a ``Data``).
-
-- ``set_const_0`` solves with the factorized inertia once per dof, per body Jacobian row and per actuator (108
-  tile-Cholesky solves on Go2), each over every world. Here every chain's right-hand side gets a block of ``nworld``
-  rows of one stacked array, the factor is copied into every block, and MuJoCo Warp's ``solve_LD`` runs once over
-  the stacked rows: each row is its world's solve with its world's factor, the arithmetic of ``solve_m``'s. The
-  dofs' unit vectors and the actuators' moments are constant right-hand sides, written once. Each chain's
-  A-diagonal entries (or ``actuator_acc0``) are then read from its block by MuJoCo Warp's own kernels. On Go2 the
-  stacked arrays are 108 blocks of ``nworld`` rows (about 140 MB at 1024 worlds, most of it the factor's copies).
 """
 
 from __future__ import annotations
