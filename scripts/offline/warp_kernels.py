@@ -18,9 +18,9 @@ path, builds the task owner's ``mjwarp`` env on Warp's CPU device
 launches of a forward, a step and a reset as a CUDA device would make them (their block sizes), and of the forward
 the backend runs in its bounded reset scratch, and for an owner whose device env recomputes ``set_const``'s rows in
 its reset (Go2's) ``set_const``'s calls too; adds MuJoCo Warp's core modules and the backend's own, each module
-also at its default block size, compiles every module ahead of time as cubin for each CUDA architecture into Warp's cache layout (``<warp version>/wp_<module>_<hash>/``), and stops the env build:
-nothing is launched. The record lists the tasks and their world counts, and for each module what it was planned
-for (``<task>:<worlds>``).
+also at its default block size, compiles every module ahead of time as cubin for each CUDA architecture into
+Warp's cache layout (``<warp version>/wp_<module>_<hash>/``), and stops the env build: nothing is launched. The
+record lists the tasks and their world counts, and for each module what it was planned for (``<task>:<worlds>``).
 Warp names each module's folder by a hash of its kernels' source and build options, so a seeded module is used
 only where the host would build exactly that module; any other is built there as before. Kernels MuJoCo Warp
 creates for a model are keyed on array sizes: the world counts given (the report's 256 and UniLab's 4096 by
