@@ -6,17 +6,18 @@ env steps itself (16 envs, seeded random actions, 0.5 s episodes, so time-outs a
 run) and, inside each step on the state its own terms read, every observation, reward and termination term of the
 config is computed by UniLab's NumPy term and by its torch twin (``flashsac_runtime.envs.terms.twin_of``) on
 identical inputs. G1 Walk Flat runs on MuJoCo Warp's CPU device, its twins reading the device env's state; Go2
-Joystick Flat, which has no MuJoCo Warp owner, runs on CPU MuJoCo, its twins reading torch views of the arrays
-UniLab's terms read there (its meshes are the test assets': ``base_4.obj`` is a placeholder of a visual-only geom,
-the physics are the real model's). G1 motion tracking runs on CPU MuJoCo too (its ``mujoco`` owner, on the
-synthetic clip of ``scripts/offline/motion_clip.py``), its twins reading the motion command's reference as UniLab
-holds it and their own relative state, derived where UniLab derives its (32 envs, 60 steps of 0.6 s episodes: each
-of its terminations ends episodes, the clip's end among them). Terminations must be equal, observations and
-rewards within 1e-6 of the NumPy value's magnitude (at least 1), observations and terminations bitwise; every twin
-of ``terms._unilab_terms`` is one that a task's config uses. Go2's tilt termination is also compared with its
-limit lowered to 0.1 rad, so that it fires and rows reset through it. Controls: a twin given a parameter scaled by 1.001 (G1's ``tracking_lin_vel``
-``tracking_sigma``, Go2's ``tracking_lin_vel`` ``std``, motion tracking's ``motion_body_pos`` ``std``) fails that
-term, and only it. A binding refuses the first of two terms without a twin in one line.
+Joystick Flat runs on CPU MuJoCo, UniLab 1.3.2's own owner of it (its MuJoCo Warp owner is the series'), its twins
+reading torch views of the arrays UniLab's terms read there (its meshes are the test assets': ``base_4.obj`` is a
+placeholder of a visual-only geom, the physics are the real model's). G1 motion tracking runs on CPU MuJoCo too (its
+``mujoco`` owner, on the synthetic clip of ``scripts/offline/motion_clip.py``), its twins reading the motion
+command's reference as UniLab holds it and their own relative state, derived where UniLab derives its (32 envs, 60
+steps of 0.6 s episodes: each of its terminations ends episodes, the clip's end among them). Terminations must be
+equal, observations and rewards within 1e-6 of the NumPy value's magnitude (at least 1), observations and
+terminations bitwise; every twin of ``terms._unilab_terms`` is one that a task's config uses. Go2's tilt termination
+is also compared with its limit lowered to 0.1 rad, so that it fires and rows reset through it. Controls: a twin
+given a parameter scaled by 1.001 (G1's ``tracking_lin_vel`` ``tracking_sigma``, Go2's ``tracking_lin_vel`` ``std``,
+motion tracking's ``motion_body_pos`` ``std``) fails that term, and only it. A binding refuses the first of two
+terms without a twin in one line.
 
 Where this test sits: ``tests/test_device_env.py`` steps the whole G1 device env beside UniLab's NumPy env (the
 terms together, through the env's step, resets and draws); this one compares the terms one by one, so that a term

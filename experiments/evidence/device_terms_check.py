@@ -8,11 +8,11 @@ Run from a UniLab tree root with the overlay first on ``PYTHONPATH`` (``tests/te
   factory builds G1 Walk Flat's UniLab env on the ``mjwarp`` backend and binds the twins to its config; the twins
   read the device env's state, whose physics views (the same MuJoCo Warp arrays) are given the values UniLab's terms
   read (its backend's host copies of qpos, qvel and the sensors; put back afterwards).
-- ``go2_joystick_flat/mujoco``: Go2 Joystick Flat has no MuJoCo Warp owner, so its UniLab env runs on CPU MuJoCo,
-  and the twins read a ``DeviceEnvState`` whose physics is ``HostPhysics``: torch views sharing the memory of the
-  arrays UniLab's terms read there (the backend's qpos, qvel and sensordata, the tracked-body sensors of the root
-  body among them). The Go2 meshes are the test assets' (``base_4.obj`` is a placeholder of a visual-only geom, so
-  the physics are the real model's).
+- ``go2_joystick_flat/mujoco``: Go2 Joystick Flat's own owner in UniLab 1.3.2 (its MuJoCo Warp owner is the series'
+  and trains on the device env), so its UniLab env runs on CPU MuJoCo, and the twins read a ``DeviceEnvState`` whose
+  physics is ``HostPhysics``: torch views sharing the memory of the arrays UniLab's terms read there (the backend's
+  qpos, qvel and sensordata, the tracked-body sensors of the root body among them). The Go2 meshes are the test
+  assets' (``base_4.obj`` is a placeholder of a visual-only geom, so the physics are the real model's).
 - ``g1_motion_tracking/mujoco``: G1 motion tracking on CPU MuJoCo the same way, with the motion command's state
   (``device_terms_motion.py``: the reference copied from UniLab's command, the relative state the twins' own,
   derived where UniLab derives its). The tree needs a motion clip (``scripts/offline/motion_clip.py`` writes the
