@@ -14,8 +14,11 @@
 #                     (results/<date>-<machine>-parity/, parity-<task>/ for another task, unless STUDY= names another)
 #   make bench-report DIR=results/<date>-<machine>-<study>   (rebuild summary.md + timings.png from the JSON)
 #   make bench-whole-run [OWNER=g1_walk_flat/mjwarp] [OVERRIDES='algo.num_envs=256 ...'] [LABEL=whole-run]
-#                        [DIR=work/whole-run]   (UniLab's whole run from the tree's root, timed from launch to its
-#                        end: experiments/bench/whole_run.py; the overlay first on PYTHONPATH)
+#                        [DIR=work/whole-run] [BESIDE=unpatched-1.3.2 [PRISTINE=<tree>] [BASELINE_UNI_RL=<dir>]]
+#                        [SYNTHETIC_CLIP=1]   (UniLab's whole run
+#                        from the tree's root, timed from launch to its end: experiments/bench/whole_run.py; the
+#                        overlay first on PYTHONPATH; BESIDE: then the same run on the pristine tree with the
+#                        pristine unilab-rl 1.3.2, the task's assets from UNILAB_ASSETS)
 #
 # Needs CUDA (exits with one error line otherwise). No dependency on `setup`: a GPU host brings its own
 # interpreter (PYTHON=...). On a host without network: `make bench OFFLINE=<wheelhouse>` (docs/offline-host.md)
@@ -66,4 +69,8 @@ WHOLE_RUN_TREE = $(abspath $(or $(UNILAB),work/unilab-$(shell sed -n 's/^UNILAB_
 bench-whole-run:
 	cd "$(WHOLE_RUN_TREE)" && PYTHONPATH="$(abspath $(or $(OVERLAY),overlay)):$(WHOLE_RUN_TREE)/src$${PYTHONPATH:+:$$PYTHONPATH}" \
 	  $(if $(findstring /,$(BENCH_PY)),$(abspath $(BENCH_PY)),$(BENCH_PY)) "$(CURDIR)/experiments/bench/whole_run.py" --tree . --out "$(abspath $(or $(DIR),work/whole-run))" \
-	  --label "$(or $(LABEL),whole-run)" -- task=$(or $(OWNER),g1_walk_flat/mjwarp) $(OVERRIDES)
+	  --label "$(or $(LABEL),whole-run)" --overlay "$(abspath $(or $(OVERLAY),overlay))" \
+	  $(if $(BESIDE),--beside "$(BESIDE)") $(if $(UNILAB_ASSETS),--assets "$(UNILAB_ASSETS)") \
+	  $(if $(filter 1,$(SYNTHETIC_CLIP)),--synthetic-motion-clip) $(if $(PRISTINE),--pristine-tree "$(abspath $(PRISTINE))") \
+	  $(if $(BASELINE_UNI_RL),--baseline-uni-rl "$(abspath $(BASELINE_UNI_RL))") \
+	  -- task=$(or $(OWNER),g1_walk_flat/mjwarp) $(OVERRIDES)

@@ -8,15 +8,23 @@ records: the TensorBoard event file (``perf/iter_ms`` per iteration, with its wa
 ``run_summary.json`` (compile behind's record: the iteration of the swap to the compiled learner).
 
   python experiments/bench/whole_run.py --tree work/unilab-1.3.2 --out results/<study>/whole-run \\
-      [--label NAME] [--env KEY=VALUE ...] -- task=g1_walk_flat/mjwarp
+      [--label NAME] [--env KEY=VALUE ...] [--beside unpatched-1.3.2] -- task=g1_walk_flat/mjwarp
 
 Writes ``<label>.json`` and ``<label>-log.txt.gz`` (the run's output, each line with its seconds since launch)
 into ``--out``; the run's interpreter is this one, its ``PYTHONPATH`` the caller's (overlay first).
+
+``--beside unpatched-1.3.2`` then runs the same command line as UniLab 1.3.2 without this project
+(``<label>-unpatched-1.3.2.json``): the pristine tree of the pinned sdist and the pristine ``uni_rl`` of the pinned
+unilab-rl 1.3.2 wheel, the overlay and the patched tree off its path, the same overrides. A whole run is a figure
+a user waits for, so its reference is waited for the same way, in the same invocation, one after the other. Each
+record names the ``uni_rl`` its trainer imported (its provenance record); a run that imported another learner than
+its build says is recorded as failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -24,10 +32,17 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import bench_configs
+import bench_driver
+import bench_env
+from bench_env import BenchSetupError
+from bench_learner import provenance_site
 
 TRAIN = "src/unilab/scripts/train_flashsac.py"
 #: The trainer's per-iteration scalar: one event per logged iteration, stamped with its wall time.
@@ -229,6 +244,117 @@ def table(folder: Path) -> str:
     return "\n".join(rows)
 
 
+def beside_table(folder: Path) -> str:
+    """Each whole run of ``folder`` made with ``--beside`` next to its unpatched 1.3.2 run (``<label>.json`` and
+    ``<label>-unpatched-1.3.2.json``, the same command line), and the two ratios a user feels: how many times sooner
+    the patched run ends, and how many times its env steps per second (first to last iteration)."""
+    head = ("| run | build | exit | launch → 1st iteration (s) | launch → compiled learner (s) | "
+            "launch → end (s) | env steps/s | steady ms / iteration | mean reward (last) |")
+    rows = [head, "|---" * (head.count(" | ") + 1) + "|"]
+
+    def cell(value: float | None, digits: int = 1) -> str:
+        return "–" if value is None else f"{value:.{digits}f}"
+
+    for path in sorted(folder.glob(f"*-{UNPATCHED}.json")):
+        ours_path = path.with_name(path.name.removesuffix(f"-{UNPATCHED}.json") + ".json")
+        if not ours_path.is_file():
+            continue
+        pair = [json.loads(p.read_text(encoding="utf-8")) for p in (ours_path, path)]
+        if pair[0]["command"][1:] != pair[1]["command"][1:]:
+            raise ValueError(f"{ours_path.name} and {path.name} ran different command lines")
+        for run in pair:
+            rows.append(f"| {ours_path.stem} | {run.get('build', '–')} | {run['exit_code']} | "
+                        f"{cell(run.get('launch_to_first_iteration_s'))} | {cell(run.get('launch_to_compiled_s'))} | "
+                        f"{cell(run['launch_to_end_s'])} | {cell(run.get('env_steps_per_s_first_to_last'), 0)} | "
+                        f"{cell(run.get('steady_iter_ms_mean'), 2)} | {cell(run.get('reward_mean_last'))} |")
+        ours, ref = pair
+        if ours["exit_code"] == 0 and ref["exit_code"] == 0 and "error" not in ours and "error" not in ref:
+            rows.append(f"| {ours_path.stem} | unpatched ÷ patched | | "
+                        f"{ref['launch_to_first_iteration_s'] / ours['launch_to_first_iteration_s']:.2f}× | | "
+                        f"**{ref['launch_to_end_s'] / ours['launch_to_end_s']:.2f}×** | "
+                        f"{ours['env_steps_per_s_first_to_last'] / ref['env_steps_per_s_first_to_last']:.2f}× "
+                        "(patched ÷ unpatched) | | |")
+    return "\n".join(rows)
+
+
+#: ``--beside``: UniLab 1.3.2 as a user has it without this project.
+UNPATCHED = "unpatched-1.3.2"
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """One side of a comparison: the tree a run starts in, its environment, and the ``uni_rl`` it must import."""
+
+    name: str
+    tree: Path
+    env: dict[str, str]
+    uni_rl: Path
+
+
+def task_of(overrides: list[str]) -> str:
+    """The bench's task key (``g1_walk_flat``) of the ``task=<task>/<owner>`` override, else UniLab's default."""
+    named = [o.split("=", 1)[1].split("/")[0] for o in overrides if o.startswith("task=")]
+    return named[-1] if named else bench_configs.DEFAULT_TASK
+
+
+def unpatched_build(patched: Build, args: argparse.Namespace, scratch: Path) -> Build:
+    """UniLab 1.3.2 without this project: the pristine tree with the task's assets seeded from ``--assets``, the
+    pristine ``uni_rl`` first on the path, the overlay's provenance hook without its packages after it, and neither
+    the overlay nor the patched tree. Both folders are the given ones, else the bench's, made once from the pinned
+    sdist and wheel, sha256-checked (``bench_driver``)."""
+    tree = bench_env.require_unilab_root(args.pristine_tree or bench_driver.prepare_pristine_tree())
+    learner = bench_driver.prepare_baseline(args.baseline_uni_rl, None)
+    bench_env.ensure_assets(tree, args.assets, task=task_of(args.overrides), synthetic_clip=args.synthetic_motion_clip)
+    overlay = args.overlay
+    dropped = {overlay.resolve(), (patched.tree / "src").resolve()}
+    inherited = [p for p in patched.env.get("PYTHONPATH", "").split(os.pathsep)
+                 if p and Path(p).resolve() not in dropped]
+    front = [str(p) for p in (learner, provenance_site(overlay, learner, scratch)) if p is not None]
+    env = {**patched.env, "PYTHONPATH": os.pathsep.join([*front, str(tree / "src"), *inherited])}
+    return Build(UNPATCHED, tree, env, learner / "uni_rl")
+
+
+def imported_uni_rl(provenance: Path) -> str | None:
+    """The ``uni_rl`` package file the trainer process imported, from its provenance record in ``provenance``."""
+    for path in sorted(provenance.glob("provenance-*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("argv") and str(record["argv"][0]).endswith(TRAIN):
+            found = [m["file"] for m in record.get("modules", []) if m["name"] == "uni_rl"]
+            return found[0] if found else None
+    return None
+
+
+def learner_check(build: Build, imported: str | None) -> dict[str, Any]:
+    """The record's ``uni_rl`` entry, and an error where the trainer imported another learner than its build's."""
+    out: dict[str, Any] = {"build": build.name, "tree": str(build.tree), "uni_rl": imported}
+    if imported is None:
+        out["error"] = "the trainer left no provenance record naming its uni_rl"
+    elif build.uni_rl.resolve() not in Path(imported).resolve().parents:
+        out["error"] = f"the trainer imported uni_rl from {imported}, not from {build.uni_rl}"
+    return out
+
+
+def measure(build: Build, args: argparse.Namespace, label: str) -> bool:
+    """One whole run of ``build``: its record and log written into ``--out``; whether it ran and ended well."""
+    with tempfile.TemporaryDirectory(prefix="whole-run-provenance-") as provenance:
+        env = {**build.env, "FLASHSAC_PROVENANCE_DIR": provenance}
+        record, lines = run(build.tree, args.overrides, env, args.timeout_s)
+        checked = learner_check(build, imported_uni_rl(Path(provenance)))
+    if "error" in checked and "error" not in record:
+        record["error"] = checked["error"]
+    record.update({k: v for k, v in checked.items() if k != "error"}, label=label,
+                  environment={item.partition("=")[0]: item.partition("=")[2] for item in args.env})
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{label}.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    with gzip.open(args.out / f"{label}-log.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    print(json.dumps({k: record.get(k) for k in ("label", "build", "exit_code", "launch_to_first_iteration_s",
+                                                   "launch_to_compiled_s", "launch_to_end_s", "steady_iter_ms_mean",
+                                                   "steady_env_steps_per_s", "reward_mean_last",
+                                                   "error")}), flush=True)
+    return record["exit_code"] == 0 and "error" not in record
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", type=Path, required=True, help="the applied UniLab tree's root")
@@ -236,24 +362,33 @@ def main() -> int:
     parser.add_argument("--label", default="whole-run")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the run's environment")
     parser.add_argument("--timeout-s", type=float, help="SIGTERM to the trainer after this many seconds")
+    parser.add_argument("--overlay", type=Path, default=bench_env.PROJECT_DIR / "overlay",
+                        help="the overlay whose uni_rl the patched run imports")
+    parser.add_argument("--beside", choices=(UNPATCHED,),
+                        help="then the same run on UniLab 1.3.2 without the project")
+    parser.add_argument("--assets", help="--beside: the task's assets for the pristine tree (as UNILAB_ASSETS)")
+    parser.add_argument("--synthetic-motion-clip", action="store_true",
+                        help="--beside: the synthetic motion clip in the pristine tree where it has none")
+    parser.add_argument("--pristine-tree", type=Path, help="--beside: UniLab 1.3.2's unpatched tree (default: the "
+                        "bench's, unpacked from the pinned sdist)")
+    parser.add_argument("--baseline-uni-rl", type=Path, help="--beside: a folder holding unilab-rl 1.3.2's pristine "
+                        "uni_rl/ (default: the bench's, extracted from the pinned wheel)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = parser.parse_args()
     env = dict(os.environ)
     for item in args.env:
         key, _, value = item.partition("=")
         env[key] = value
-    record, lines = run(args.tree.resolve(), args.overrides, env, args.timeout_s)
-    record["label"] = args.label
-    record["environment"] = {item.partition("=")[0]: item.partition("=")[2] for item in args.env}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.label}.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-    with gzip.open(args.out / f"{args.label}-log.txt.gz", "wt", encoding="utf-8") as handle:
-        handle.write("\n".join(lines) + "\n")
-    print(json.dumps({k: record.get(k) for k in ("label", "exit_code", "launch_to_first_iteration_s",
-                                                   "launch_to_compiled_s", "launch_to_end_s", "steady_iter_ms_mean",
-                                                   "steady_env_steps_per_s", "reward_mean_last",
-                                                   "error")}), flush=True)
-    return 0 if record["exit_code"] == 0 and "error" not in record else 1
+    patched = Build("patched", args.tree.resolve(), env, args.overlay.resolve() / "uni_rl")
+    with tempfile.TemporaryDirectory(prefix="whole-run-") as scratch:
+        try:
+            builds = [patched, *([unpatched_build(patched, args, Path(scratch))] if args.beside else [])]
+        except BenchSetupError as exc:
+            print(f"whole_run: error: {exc}", file=sys.stderr)
+            return 2
+        ended = [measure(build, args, args.label if build is patched else f"{args.label}-{build.name}")
+                 for build in builds]
+    return 0 if all(ended) else 1
 
 
 if __name__ == "__main__":
