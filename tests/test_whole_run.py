@@ -151,18 +151,16 @@ def test_the_beside_table_sets_each_run_against_its_unpatched_twin(tmp_path: Pat
 
 def test_a_learner_other_than_the_builds_is_an_error(tmp_path: Path) -> None:
     build = Build(UNPATCHED, tmp_path / "tree", {}, tmp_path / "learner" / "uni_rl")
-    trainer = {"argv": ["src/unilab/scripts/train_flashsac.py"], "modules": [
-        {"name": "uni_rl", "file": str(tmp_path / "learner" / "uni_rl" / "__init__.py")}]}
-    helper = {"argv": ["-c"], "modules": [{"name": "uni_rl", "file": "/elsewhere/uni_rl/__init__.py"}]}
-    (tmp_path / "provenance-1.json").write_text(json.dumps(helper))
+    trainer = {"modules": [{"name": "uni_rl", "file": str(tmp_path / "learner" / "uni_rl" / "__init__.py")}]}
+    (tmp_path / "provenance-1.json").write_text(json.dumps({"modules": [{"name": "uni_rl", "file": "/a/uni_rl/x.py"}]}))
     (tmp_path / "provenance-2.json").write_text(json.dumps(trainer))
-    assert "error" not in learner_check(build, imported_uni_rl(tmp_path))
-    # controls: the overlay's learner where the pristine one was asked for; no record of the trainer
+    assert "error" not in learner_check(build, imported_uni_rl(tmp_path, 2))
+    # controls: another process's record; the overlay's learner where the pristine one was asked for; no record
+    assert "not from" in learner_check(build, imported_uni_rl(tmp_path, 1))["error"]
     trainer["modules"][0]["file"] = str(tmp_path / "overlay" / "uni_rl" / "__init__.py")
     (tmp_path / "provenance-2.json").write_text(json.dumps(trainer))
-    assert "not from" in learner_check(build, imported_uni_rl(tmp_path))["error"]
-    (tmp_path / "provenance-2.json").unlink()
-    assert "no provenance record" in learner_check(build, imported_uni_rl(tmp_path))["error"]
+    assert "not from" in learner_check(build, imported_uni_rl(tmp_path, 2))["error"]
+    assert "no provenance record" in learner_check(build, imported_uni_rl(tmp_path, 3))["error"]
 
 
 def test_a_learner_folder_without_uni_rl_is_refused_before_any_run(tree: tuple[Path, Path], tmp_path: Path) -> None:

@@ -150,7 +150,7 @@ def run(tree: Path, overrides: list[str], env: dict[str, str],
     if timer is not None:
         timer.cancel()
     record: dict[str, Any] = {"command": ["python3", *command[1:]], "exit_code": code, "timed_out": timed_out,
-                              "launch_unix": launch_unix, "launch_to_end_s": time.monotonic() - launch,
+                              "pid": proc.pid, "launch_unix": launch_unix, "launch_to_end_s": time.monotonic() - launch,
                               "output_lines": len(lines)}
     named = [o.split("=", 1)[1].strip("'\"") for o in overrides if o.startswith("training.log_dir=")]
     run_dir = newest_run_dir(tree / (named[-1] if named else "logs"), launch_unix - 1.0)
@@ -314,14 +314,14 @@ def unpatched_build(patched: Build, args: argparse.Namespace, scratch: Path) -> 
     return Build(UNPATCHED, tree, env, learner / "uni_rl")
 
 
-def imported_uni_rl(provenance: Path) -> str | None:
-    """The ``uni_rl`` package file the trainer process imported, from its provenance record in ``provenance``."""
-    for path in sorted(provenance.glob("provenance-*.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("argv") and str(record["argv"][0]).endswith(TRAIN):
-            found = [m["file"] for m in record.get("modules", []) if m["name"] == "uni_rl"]
-            return found[0] if found else None
-    return None
+def imported_uni_rl(provenance: Path, pid: int) -> str | None:
+    """The ``uni_rl`` package file the trainer process ``pid`` imported, from its provenance record in
+    ``provenance`` (its collector and helper processes write records of their own there)."""
+    path = provenance / f"provenance-{pid}.json"
+    if not path.is_file():
+        return None
+    modules = json.loads(path.read_text(encoding="utf-8")).get("modules", [])
+    return next((m["file"] for m in modules if m["name"] == "uni_rl"), None)
 
 
 def learner_check(build: Build, imported: str | None) -> dict[str, Any]:
@@ -339,7 +339,7 @@ def measure(build: Build, args: argparse.Namespace, label: str) -> bool:
     with tempfile.TemporaryDirectory(prefix="whole-run-provenance-") as provenance:
         env = {**build.env, "FLASHSAC_PROVENANCE_DIR": provenance}
         record, lines = run(build.tree, args.overrides, env, args.timeout_s)
-        checked = learner_check(build, imported_uni_rl(Path(provenance)))
+        checked = learner_check(build, imported_uni_rl(Path(provenance), record["pid"]))
     if "error" in checked and "error" not in record:
         record["error"] = checked["error"]
     record.update({k: v for k, v in checked.items() if k != "error"}, label=label,
