@@ -244,6 +244,10 @@ def table(folder: Path) -> str:
     return "\n".join(rows)
 
 
+#: ``--beside``: UniLab 1.3.2 as a user has it without this project.
+UNPATCHED = "unpatched-1.3.2"
+
+
 def beside_table(folder: Path) -> str:
     """Each whole run of ``folder`` made with ``--beside`` next to its unpatched 1.3.2 run (``<label>.json`` and
     ``<label>-unpatched-1.3.2.json``, the same command line), and the two ratios a user feels: how many times sooner
@@ -277,10 +281,6 @@ def beside_table(folder: Path) -> str:
     return "\n".join(rows)
 
 
-#: ``--beside``: UniLab 1.3.2 as a user has it without this project.
-UNPATCHED = "unpatched-1.3.2"
-
-
 @dataclasses.dataclass(frozen=True)
 class Build:
     """One side of a comparison: the tree a run starts in, its environment, and the ``uni_rl`` it must import."""
@@ -305,8 +305,8 @@ def unpatched_build(patched: Build, args: argparse.Namespace, scratch: Path) -> 
     tree = bench_env.require_unilab_root(args.pristine_tree or bench_driver.prepare_pristine_tree())
     learner = bench_driver.prepare_baseline(args.baseline_uni_rl, None)
     bench_env.ensure_assets(tree, args.assets, task=task_of(args.overrides), synthetic_clip=args.synthetic_motion_clip)
-    overlay = args.overlay
-    dropped = {overlay.resolve(), (patched.tree / "src").resolve()}
+    overlay = args.overlay.resolve()
+    dropped = {overlay, (patched.tree / "src").resolve()}
     inherited = [p for p in patched.env.get("PYTHONPATH", "").split(os.pathsep)
                  if p and Path(p).resolve() not in dropped]
     front = [str(p) for p in (learner, provenance_site(overlay, learner, scratch)) if p is not None]
