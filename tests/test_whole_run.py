@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -62,18 +63,30 @@ def whole_run(tree: tuple[Path, Path], out: Path, owner: str, label: str, *besid
                 f"LABEL={label}", f"DIR={out}", f"OVERLAY={overlay}", *beside, **env)
 
 
-def test_a_whole_run_is_timed_from_launch_to_its_end(tree: tuple[Path, Path], tmp_path: Path) -> None:
-    proc = whole_run(tree, tmp_path, "g1_walk_flat/mjwarp", "short")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads((tmp_path / "short.json").read_text())
-    assert record["exit_code"] == 0 and "error" not in record
+@pytest.fixture(scope="module")
+def pair(tree: tuple[Path, Path], unpatched: tuple[Path, Path],
+         tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One invocation: the short patched run, then the same command line on unpatched 1.3.2."""
+    pristine, learner = unpatched
+    out = tmp_path_factory.mktemp("pair")
+    return whole_run(tree, out, "g1_walk_flat/mjwarp", "pair", f"BESIDE={UNPATCHED}", f"PRISTINE={pristine}",
+                     f"BASELINE_UNI_RL={learner}", f"UNILAB_ASSETS={G1_ASSETS}"), out
+
+
+def test_a_whole_run_is_timed_from_launch_to_its_end(pair: tuple[subprocess.CompletedProcess, Path],
+                                                     tree: tuple[Path, Path]) -> None:
+    proc, out = pair
+    record = json.loads((out / "pair.json").read_text())
+    assert record["exit_code"] == 0 and "error" not in record, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert record["iterations_logged"] == 3
     assert 0 < record["launch_to_first_iteration_s"] <= record["launch_to_last_iteration_s"] \
         <= record["launch_to_end_s"]
     assert record["env_steps_per_s_first_to_last"] > 0
     # 3 iterations: the steady-state window is the second half (one iteration), within the run's own times
     assert record["steady_iterations"] == 1 and record["steady_iter_ms_mean"] > 0
-    assert (tmp_path / "short-log.txt.gz").stat().st_size > 0
+    assert (out / "pair-log.txt.gz").stat().st_size > 0
+    assert record["build"] == "patched" and Path(record["uni_rl"]).resolve().is_relative_to(
+        (tree[1] / "uni_rl").resolve()), record
 
 
 def test_a_run_that_fails_is_recorded_as_failed(tree: tuple[Path, Path], tmp_path: Path) -> None:
@@ -107,24 +120,19 @@ def test_a_run_that_compiled_from_its_artifacts_is_compiled_from_its_first_itera
 
 
 def test_beside_unpatched_runs_the_pristine_learner_on_the_pristine_tree(
-        tree: tuple[Path, Path], unpatched: tuple[Path, Path], tmp_path: Path) -> None:
-    pristine, learner = unpatched
-    proc = whole_run(tree, tmp_path, "g1_walk_flat/mjwarp", "pair", f"BESIDE={UNPATCHED}", f"PRISTINE={pristine}",
-                     f"BASELINE_UNI_RL={learner}", f"UNILAB_ASSETS={G1_ASSETS}")
+        pair: tuple[subprocess.CompletedProcess, Path], unpatched: tuple[Path, Path]) -> None:
+    (proc, out), (pristine, learner) = pair, unpatched
     assert proc.returncode != 0, proc.stdout[-3000:]  # the reference cannot train here (no CUDA)
-    ours = json.loads((tmp_path / "pair.json").read_text())
-    assert ours["exit_code"] == 0 and "error" not in ours and ours["build"] == "patched", ours
-    assert Path(ours["uni_rl"]).resolve().is_relative_to((tree[1] / "uni_rl").resolve())
-    ref = json.loads((tmp_path / f"pair-{UNPATCHED}.json").read_text())
+    ours, ref = (json.loads((out / name).read_text()) for name in ("pair.json", f"pair-{UNPATCHED}.json"))
     assert ref["build"] == UNPATCHED and Path(ref["tree"]) == pristine.resolve(), ref
     assert Path(ref["uni_rl"]).resolve().is_relative_to((learner / "uni_rl").resolve()), ref
     assert ref["command"][1:] == ours["command"][1:]  # the same command line
     assert ref["exit_code"] != 0 and "launch_to_first_iteration_s" not in ref
     assert "requires a CUDA or MPS learner device" in gzip.decompress(
-        (tmp_path / f"pair-{UNPATCHED}-log.txt.gz").read_bytes()).decode()
+        (out / f"pair-{UNPATCHED}-log.txt.gz").read_bytes()).decode()
     assert (pristine / "src" / "unilab" / "assets" / "robots" / "g1" / "assets" / "head_link.STL").is_file()
     # the pair's table: both builds, and no ratio where one side did not run
-    table = beside_table(tmp_path)
+    table = beside_table(out)
     assert "| pair | patched | 0 |" in table and f"| pair | {UNPATCHED} | 1 |" in table and "÷" not in table, table
 
 
