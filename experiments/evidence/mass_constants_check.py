@@ -161,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         recompute_c = constants_c.recompute
         if args.capture:
             condition = wp.ones(1, dtype=wp.int32)
-            recompute_c()  # modules loaded before the capture
+            # Modules loaded before the capture, on a model of its own: a recompute resolves the damping ratios in
+            # place, once, so a call on C before the rounds would leave its actuator_biasprm a round behind A's.
+            warm = mjw.put_model(mjm)
+            expand_model_fields(wp, warm, n)
+            MassConstants(mjm, warm, n).recompute()
             with wp.ScopedCapture() as capture:
                 wp.capture_if(condition, on_true=constants_c.recompute)
             graph = capture.graph
