@@ -81,3 +81,19 @@ def test_it_launches_fewer_kernels_than_set_const(checked: dict[str, Any]) -> No
     launches = checked["launches"]
     assert launches["set_const"] == {"launch": 288, "launch_tiled": 110, "total": 398}, launches
     assert launches["recompute"] == {"launch": 220, "launch_tiled": 2, "total": 222}, launches
+
+
+def test_the_table_reads_each_records_rows_and_verdict() -> None:
+    """The committed H100 records through ``device_env_report.mass_constants_table``: the check's run that called C
+    before its capture lists C's differing rows and is not equal; the check as committed is equal in both rounds."""
+    sys.path.insert(0, str(PROJECT / "experiments" / "evidence"))
+    sys.path.insert(0, str(PROJECT / "experiments" / "bench"))
+    import device_env_report
+
+    folder = PROJECT / "results" / "2026-12-07-h100-go2-mass-constants" / "mass-constants"
+    table = device_env_report.mass_constants_table(folder)
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()}
+    assert rows["captured-on-its-own-model"].endswith("| 13.03 · 1.46 | yes |")
+    assert "| none · none; none · none |" in rows["captured-on-its-own-model"]
+    assert "actuator_biasprm (1024 worlds)" in rows["captured-after-a-call-on-c"]
+    assert rows["captured-after-a-call-on-c"].endswith("| no |")

@@ -219,6 +219,32 @@ def graph_split_table(folder: Path) -> str:
     return "\n".join(rows)
 
 
+def mass_constants_table(folder: Path) -> str:
+    """``mass_constants_check.py`` records: per record, where it ran, the rows each recomputation left different from
+    ``set_const``'s in each round (B called, C replayed from a conditional node with ``--capture``), the controls
+    caught, the env's Data untouched, the launches, and the mean milliseconds of each."""
+    rows = ["| record | device · worlds | C captured | rows differing from set_const, B · C, per round | controls caught "
+            "| env Data changed | launches (tiled), set_const · recompute | ms, set_const · recompute | equal |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for name, data in _load(sorted(folder.glob("*.json"))):
+        if "launches" not in data or "rounds" not in data:
+            continue
+
+        def differing(rows_of: dict[str, list[int]]) -> str:
+            return ", ".join(f"{field} ({len(worlds)} worlds)" for field, worlds in rows_of.items()) or "none"
+
+        rounds = "; ".join(f"{differing(r['B'])} · {differing(r['C'])}" for r in data["rounds"])
+        launches = " · ".join(f"{c['total']} ({c['launch_tiled']})" for c in
+                              (data["launches"]["set_const"], data["launches"]["recompute"]))
+        ms = data.get("ms")
+        ms_cell = f"{ms['set_const']:.2f} · {ms['recompute']:.2f}" if ms else "–"
+        caught = sum(bool(rows_of) for rows_of in data["controls"].values())
+        rows.append(f"| {name} | {data['device']} · {data['worlds']} | {'yes' if data['captured'] else 'no'} | "
+                    f"{rounds} | {caught} of {len(data['controls'])} | {', '.join(data['data_changed']) or 'none'} | "
+                    f"{launches} | {ms_cell} | {'yes' if data['equal'] else 'no'} |")
+    return "\n".join(rows)
+
+
 def twin_table(folder: Path) -> str:
     """The graphed step against the eager one (``device_env_graph_check.py --mode twin``): per record, the task, the
     control, the graph's status, each run's finished episodes (count, mean length, one-step episodes), the first

@@ -16,7 +16,7 @@ from ``device_env_check.py --mode ops``, ``--mode sensors``, ``--mode sensor-sta
 ``env-forms`` (device_env_report) from ``device_env_bench.py --forms`` JSONs, ``learner-kernels`` (learner_profile_report) from
 ``learner_kernel_profile.py`` JSONs, ``numba-start`` (numba_kernels_start) from its JSONs,
 ``whole-run`` (whole_run) from ``whole_run.py``'s records and logs, ``whole-run-beside`` (whole_run) from its records
-made with ``--beside``, and FOLDER a
+made with ``--beside``, ``mass-constants`` (device_env_report) from ``mass_constants_check.py`` JSONs, and FOLDER a
 results folder relative to the project root; a table of run JSONs may pool several folders joined by ``+`` (the
 headline's rows come from more than one study). ``python experiments/tables/readme_tables.py`` rewrites every block of
 every such document from its folders; ``--check`` exits 1, naming the first stale block, when a document and
@@ -85,6 +85,7 @@ FOLDER_TABLES: dict[str, Callable[[Path], str]] = {
     "whole-run-beside": whole_run.beside_table,
     "episode-course": whole_run.course_table,
     "env-twin": device_env_report.twin_table,
+    "mass-constants": device_env_report.mass_constants_table,
     "numba-start": numba_kernels_start.table,
 }
 #: Folder tables that pool ``+``-joined folders (a study of one arm beside the committed study of the other).
