@@ -204,6 +204,11 @@ def helper_done(log: Path) -> tuple[float, str] | None:
 COURSE_EVERY = 4
 
 
+def _cell(value: float | None, digits: int = 1) -> str:
+    """A table cell: the value to ``digits`` decimals, or a dash where the run has none."""
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
 def course_table(folder: Path) -> str:
     """One row per whole run of ``folder`` with an episode-length course: the mean reward at the end, and the mean
     episode length (the panel's Ep Len) with its env step (the trainer's global step, in millions) at every
@@ -227,20 +232,17 @@ def table(folder: Path) -> str:
             "launch → compiled learner (s) | launch → end (s) | env steps/s | steady ms / iteration (last) |")
     rows = [head, "|---" * (head.count(" | ") + 1) + "|"]
 
-    def cell(value: float | None, digits: int = 1) -> str:
-        return "–" if value is None else f"{value:.{digits}f}"
-
     for path in sorted(folder.glob("*.json")):
         run = json.loads(path.read_text(encoding="utf-8"))
         if "launch_to_end_s" not in run:
             continue
         helper = helper_done(folder / f"{path.stem}-log.txt.gz")
         rows.append(f"| {run.get('label', path.stem)} | {run['exit_code']}{' (timed out)' if run.get('timed_out') else ''}"
-                    f" | {run.get('iterations_logged', '–')} | {cell(run.get('launch_to_first_iteration_s'))} | "
-                    f"{cell(helper[0] if helper else None)} | {helper[1] if helper else '–'} | "
-                    f"{cell(run.get('launch_to_compiled_s'))} | {cell(run['launch_to_end_s'])} | "
-                    f"{cell(run.get('env_steps_per_s_first_to_last'), 0)} | "
-                    f"{cell(run.get('steady_iter_ms_mean'), 2)} ({run.get('steady_iterations', '–')}) |")
+                    f" | {run.get('iterations_logged', '–')} | {_cell(run.get('launch_to_first_iteration_s'))} | "
+                    f"{_cell(helper[0] if helper else None)} | {helper[1] if helper else '–'} | "
+                    f"{_cell(run.get('launch_to_compiled_s'))} | {_cell(run['launch_to_end_s'])} | "
+                    f"{_cell(run.get('env_steps_per_s_first_to_last'), 0)} | "
+                    f"{_cell(run.get('steady_iter_ms_mean'), 2)} ({run.get('steady_iterations', '–')}) |")
     return "\n".join(rows)
 
 
@@ -256,9 +258,6 @@ def beside_table(folder: Path) -> str:
             "launch → end (s) | env steps/s | steady ms / iteration | mean reward (last) |")
     rows = [head, "|---" * (head.count(" | ") + 1) + "|"]
 
-    def cell(value: float | None, digits: int = 1) -> str:
-        return "–" if value is None else f"{value:.{digits}f}"
-
     for path in sorted(folder.glob(f"*-{UNPATCHED}.json")):
         ours_path = path.with_name(path.name.removesuffix(f"-{UNPATCHED}.json") + ".json")
         if not ours_path.is_file():
@@ -268,9 +267,10 @@ def beside_table(folder: Path) -> str:
             raise ValueError(f"{ours_path.name} and {path.name} ran different command lines")
         for run in pair:
             rows.append(f"| {ours_path.stem} | {run.get('build', '–')} | {run['exit_code']} | "
-                        f"{cell(run.get('launch_to_first_iteration_s'))} | {cell(run.get('launch_to_compiled_s'))} | "
-                        f"{cell(run['launch_to_end_s'])} | {cell(run.get('env_steps_per_s_first_to_last'), 0)} | "
-                        f"{cell(run.get('steady_iter_ms_mean'), 2)} | {cell(run.get('reward_mean_last'))} |")
+                        f"{_cell(run.get('launch_to_first_iteration_s'))} | "
+                        f"{_cell(run.get('launch_to_compiled_s'))} | "
+                        f"{_cell(run['launch_to_end_s'])} | {_cell(run.get('env_steps_per_s_first_to_last'), 0)} | "
+                        f"{_cell(run.get('steady_iter_ms_mean'), 2)} | {_cell(run.get('reward_mean_last'))} |")
         ours, ref = pair
         if ours["exit_code"] == 0 and ref["exit_code"] == 0 and "error" not in ours and "error" not in ref:
             rows.append(f"| {ours_path.stem} | unpatched ÷ patched | | "

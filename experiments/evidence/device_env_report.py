@@ -223,16 +223,17 @@ def mass_constants_table(folder: Path) -> str:
     """``mass_constants_check.py`` records: per record, where it ran, the rows each recomputation left different from
     ``set_const``'s in each round (B called, C replayed from a conditional node with ``--capture``), the controls
     caught, the env's Data untouched, the launches, and the mean milliseconds of each."""
-    rows = ["| record | device · worlds | C captured | rows differing from set_const, B · C, per round | controls caught "
-            "| env Data changed | launches (tiled), set_const · recompute | ms, set_const · recompute | equal |",
+    rows = ["| record | device · worlds | C captured | rows differing from set_const, B · C, per round | "
+            "controls caught | env Data changed | launches (tiled), set_const · recompute | "
+            "ms, set_const · recompute | equal |",
             "|---|---|---|---|---|---|---|---|---|"]
+
+    def differing(rows_of: dict[str, list[int]]) -> str:
+        return ", ".join(f"{field} ({len(worlds)} worlds)" for field, worlds in rows_of.items()) or "none"
+
     for name, data in _load(sorted(folder.glob("*.json"))):
         if "launches" not in data or "rounds" not in data:
             continue
-
-        def differing(rows_of: dict[str, list[int]]) -> str:
-            return ", ".join(f"{field} ({len(worlds)} worlds)" for field, worlds in rows_of.items()) or "none"
-
         rounds = "; ".join(f"{differing(r['B'])} · {differing(r['C'])}" for r in data["rounds"])
         launches = " · ".join(f"{c['total']} ({c['launch_tiled']})" for c in
                               (data["launches"]["set_const"], data["launches"]["recompute"]))
