@@ -25,7 +25,8 @@ import torch.distributed as dist
 
 P2P_KEY = "NCCL_P2P_DISABLE"
 SHM_KEY = "NCCL_SHM_DISABLE"
-#: Where the applied choice is exported (JSON) for run records.
+#: Written by the trainer, not read from the user: the NCCL transport chosen for the data-parallel ranks, as JSON,
+#: for run records.
 RECORD_ENV = "FLASHSAC_DP_NCCL_TRANSPORT"
 _STORE_PREFIX = "flashsac/nccl_transport"
 

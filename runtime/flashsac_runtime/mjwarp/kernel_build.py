@@ -44,7 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-#: The switch: the number of build workers (see the module's docstring).
+#: Workers that build MuJoCo Warp's kernel modules as an env starts: unset or ``auto``, one per usable CPU on CUDA;
+#: a positive number, that many; ``0``, each module built at its first launch (unisim-core 1.7.8's behaviour).
 BUILD_WORKERS_ENV = "UNISIM_MJWARP_BUILD_WORKERS"
 #: The form Warp builds this backend's CUDA modules in. Why cubin: Warp's own choice, where the driver is at
 #: least as new as its CUDA toolkit, is PTX, which the driver compiles to the GPU's code again at every module load
