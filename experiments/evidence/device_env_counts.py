@@ -85,7 +85,6 @@ class OpCount(TorchDispatchMode):
         self.by_op: collections.Counter[str] = collections.Counter()
         self.in_step_graph = False  # set while the body of the env step's CUDA graph runs (``mark_step_graph``)
         self.draws_in_step_graph = 0  # compute operations of a draw part run there
-        self.step_graph_compute = 0  # compute operations run there
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         names = [frame.name for frame in traceback.extract_stack(limit=48)]
@@ -95,7 +94,6 @@ class OpCount(TorchDispatchMode):
         if not view:
             self.by_op[func.overloadpacket.__name__] += 1
             self.draws_in_step_graph += self.in_step_graph and part in DRAW_PARTS
-            self.step_graph_compute += self.in_step_graph
         return func(*args, **(kwargs or {}))
 
 

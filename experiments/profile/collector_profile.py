@@ -33,8 +33,6 @@ from typing import Any
 
 import numpy as np
 
-PHASE_KEYS = ("env_step_total_ms", "apply_action_ms", "step_core_ms", "update_state_ms", "reset_done_ms")
-
 
 def build_env(num_envs: int, seed: int, task: str = "g1_walk_flat/mujoco", extra: tuple[str, ...] = ()) -> Any:
     """The collector's env: Hydra config of the tree in the working directory, the registry env factory.

@@ -47,8 +47,6 @@ TASK_BASE_REL = Path("src/unilab/conf/flashsac/task/g1_motion_tracking/base.yaml
 SCENE_REL = ASSETS_REL / "robots/g1/scene_flat.xml"
 #: The clip the task names, relative to the assets folder, when its config cannot be read.
 DEFAULT_CLIP = "motions/g1/dance1_subject2_part.npz"
-#: The arrays UniLab's MotionLoader reads.
-LOADER_KEYS = ("fps", "joint_pos", "joint_vel", "body_pos_w", "body_quat_w", "body_lin_vel_w", "body_ang_vel_w")
 SYNTHETIC_NOTE = ("synthetic G1 motion clip (scripts/offline/motion_clip.py): sine joint trajectories about the stand "
                   "keyframe inside the joint limits, the root walking forward at 0.3 m/s; not a recorded motion")
 FOOT_BODIES = ("left_ankle_roll_link", "right_ankle_roll_link")

@@ -70,7 +70,6 @@ class _Sink:
     """Append-only JSON-lines writer; flushes each record so a crash loses nothing."""
 
     def __init__(self, path: str) -> None:
-        self._path = path
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
 
     def write(self, record: dict[str, Any]) -> None:

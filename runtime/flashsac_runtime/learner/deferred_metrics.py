@@ -47,9 +47,6 @@ class DeferredMetricsBuffer:
     def capacity(self) -> int:
         return int(self._storage.shape[0])
 
-    def pending_rows(self, group: str) -> int:
-        return self._rows[group]
-
     def _grow(self, min_rows: int) -> None:
         # Growing copies the written rows on the device; it happens only when an
         # iteration runs more updates than ever before, not in the steady state.
