@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU evidence that docs/ and results/ cite, on the lent two-GPU machine (nvidia-h200-x2), in one device call:
 # `device_evidence.sh MODE...` runs the given modes concurrently. The device returns at most 8 files, so
-# everything lands in /tmp/evidence/ and is packed into $OUT/evidence.tgz on exit; each part stops at
-# BUDGET_S (default 540 s) so the packing happens inside the call's 600 s limit, and every finished run is
+# everything lands in $EVIDENCE_DIR (/tmp/evidence/) and is packed into $OUT/<its name>.tgz on exit; each part
+# stops at BUDGET_S (default 540 s) so the packing happens inside the call's 600 s limit, and every finished run is
 # in the archive even when a later one was cut off.
 #
 #   checks  validate_numerics.py --mode gpu on GPU $NUMERICS_GPU (0) and validate_replay_stability.py, one
@@ -78,18 +78,18 @@
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
-# Environment: BUDGET_S; checks: REPLAY_ITERATIONS (1000); parity: SEEDS (1 2 3 4 5), PARITY_ARMS
-# (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
+# Environment: BUDGET_S; EVIDENCE_DIR (/tmp/evidence); checks: REPLAY_ITERATIONS (1000); parity: SEEDS (1 2 3 4 5),
+# PARITY_ARMS (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
 modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start|kernel-build|env-graph|learner-profile|capture-probe'
 [ $# -gt 0 ] || { echo "usage: device_evidence.sh $modes ..." >&2
                   exit 2; }
 budget=${BUDGET_S:-540}
-work=/tmp/evidence
+work=${EVIDENCE_DIR:-/tmp/evidence}  # its own folder lets a detached invocation run beside another
 rm -rf "$work" && mkdir -p "$work"
 # Checkpoints stay on the machine (the preemption matrix writes GBs of them; the device returns 16 MiB a file).
-trap 'tar czf "$OUT/evidence.tgz" --exclude="*.pt" -C "$work" .' EXIT
+trap 'tar czf "$OUT/$(basename "$work").tgz" --exclude="*.pt" -C "$work" .' EXIT
 bash experiments/device/device_bench.sh install || exit 1
 export PYTHONPATH=${OFFLINE_SITE:-/tmp/flashsac-site} MUJOCO_GL=disable HF_HUB_OFFLINE=1 WANDB_MODE=disabled \
   PYTHONUNBUFFERED=1
