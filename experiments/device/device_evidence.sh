@@ -78,8 +78,9 @@
 #
 # Prepare and carry as for device_bench.sh (.whl overlay/uni_rl overlay/MANIFEST.json work), and
 # .compile-cache (git-ignored) to start from an earlier call's compile artifacts.
-# Environment: BUDGET_S; EVIDENCE_DIR (/tmp/evidence); checks: REPLAY_ITERATIONS (1000); parity: SEEDS (1 2 3 4 5),
-# PARITY_ARMS (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
+# Environment: BUDGET_S; EVIDENCE_DIR (/tmp/evidence; cleared at the start, so only a folder an earlier
+# invocation made or a new one); checks: REPLAY_ITERATIONS (1000); parity: SEEDS (1 2 3 4 5), PARITY_ARMS
+# (bench_parity.py's default arms), PARITY_ITERATIONS (3000); ttr: TTR_ARMS, TTR_SEED (1), CORES_PER_RUN (5);
 # bench: ITERATIONS (300), SUMMARY_LAST (150), CONFIGS, CHECKS_JSON (the checks' results, embedded in runs).
 set -uo pipefail
 modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|preemption|start|kernel-build|env-graph|learner-profile|capture-probe'
@@ -87,7 +88,12 @@ modes='checks|parity|ttr|bench|pinned|collectors|sim2sim-train|sim2sim-eval|pree
                   exit 2; }
 budget=${BUDGET_S:-540}
 work=${EVIDENCE_DIR:-/tmp/evidence}  # its own folder lets a detached invocation run beside another
-rm -rf "$work" && mkdir -p "$work"
+# The folder is cleared: one that holds anything but an earlier invocation's results is left alone.
+if [ -e "$work" ] && [ ! -f "$work/.device-evidence" ]; then
+  echo "device_evidence.sh: $work exists and is not an earlier invocation's folder; name a new EVIDENCE_DIR" >&2
+  exit 2
+fi
+rm -rf "$work" && mkdir -p "$work" && touch "$work/.device-evidence"
 # Checkpoints stay on the machine (the preemption matrix writes GBs of them; the device returns 16 MiB a file).
 trap 'tar czf "$OUT/$(basename "$work").tgz" --exclude="*.pt" -C "$work" .' EXIT
 bash experiments/device/device_bench.sh install || exit 1
